@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 BINARIES := gateway pylon engine bench
 GOLANGCI_LINT_VERSION := v2.15.0
 GOFUMPT_VERSION := v0.9.2
-BENCHSTAT_VERSION := latest
+BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da
 FUZZTIME ?= 20s
 BENCHCOUNT ?= 1
 
@@ -65,8 +65,8 @@ $(TOOLS)/gofumpt:
 $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
-demo: build ## Run the main job end to end on the bundled mock engines.
-	./$(BIN)/bench run --scenario bench/scenarios/demo.yaml --out out/demo
+demo: build ## Run the main job (today: the routing-core microbenchmark; the fleet demo lands with bench run).
+	./$(BIN)/bench lb-microbench --iterations 20000 --warmup 2000
 
 clean: ## Remove bin/, out/ and test artefacts.
 	rm -rf $(BIN) out cover.out

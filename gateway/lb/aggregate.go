@@ -1,0 +1,77 @@
+package lb
+
+import (
+	"slices"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
+)
+
+// Backend is one registered backend's view as aggregation needs it.
+type Backend struct {
+	ID     string
+	RTT    time.Duration
+	Load   load.Load
+	Active bool // status ACTIVE with an RTT measurement
+}
+
+// Aggregate builds the candidate of cluster clusterID from its backends (REFERENCE.md
+// §1.12). Backend-local load is summed over active backends (output TPS, queue size,
+// queued input, input-processing and output-generation counts, valid input TPS, the union
+// of capabilities and sources); cluster-scoped fields are copied from backends[source]
+// (latest wins: max output TPS, KV figures, running count, engine concurrency, total input,
+// the priority map); the observation time is the latest; RTT is the mean, floored to whole
+// nanoseconds. ok is false when no backend is active. If backends[source] is not active, the
+// first active backend is the source.
+func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, ok bool) {
+	if source < 0 || source >= len(backends) || !backends[source].Active {
+		source = slices.IndexFunc(backends, func(b Backend) bool { return b.Active })
+		if source < 0 {
+			return Candidate{}, false
+		}
+	}
+	src := &backends[source].Load
+	agg := load.Load{
+		MaxOutputTPS:         src.MaxOutputTPS,
+		KVCapacityTokens:     src.KVCapacityTokens,
+		KVUsedTokens:         src.KVUsedTokens,
+		KVFreeTokens:         src.KVFreeTokens,
+		RunningRequests:      src.RunningRequests,
+		MaxEngineConcurrency: src.MaxEngineConcurrency,
+		TotalInputTokens:     src.TotalInputTokens,
+		QueueEstimates:       src.QueueEstimates,
+	}
+	var rtt time.Duration
+	n := 0
+	for i := range backends {
+		b := &backends[i]
+		if !b.Active {
+			continue
+		}
+		n++
+		rtt += b.RTT
+		l := &b.Load
+		agg.OutputTPS += l.OutputTPS
+		agg.QueueSize += l.QueueSize
+		agg.QueuedInputTokens += l.QueuedInputTokens
+		agg.InputProcessingRequests += l.InputProcessingRequests
+		agg.OutputGenerationRequests += l.OutputGenerationRequests
+		if load.ValidTPS(l.InputTPS) {
+			agg.InputTPS += l.InputTPS
+		}
+		agg.ObservedAtUnixMilli = max(agg.ObservedAtUnixMilli, l.ObservedAtUnixMilli)
+		agg.Capabilities = union(agg.Capabilities, l.Capabilities)
+		agg.Sources = union(agg.Sources, l.Sources)
+	}
+	return Candidate{ClusterID: clusterID, RTT: rtt / time.Duration(n), Load: agg, Backends: n}, true
+}
+
+// union returns the sorted union of a and b (a is reused when possible).
+func union(a, b []string) []string {
+	for _, s := range b {
+		if i, found := slices.BinarySearch(a, s); !found {
+			a = slices.Insert(a, i, s)
+		}
+	}
+	return a
+}

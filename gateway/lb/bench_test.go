@@ -1,0 +1,59 @@
+package lb_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/switchyard/switchyard/bench/microbench"
+	"github.com/switchyard/switchyard/gateway/lb"
+)
+
+// BenchmarkDecide runs every microbenchmark scenario of REFERENCE.md §6.7 on 8 and 64
+// synthetic candidates. Budgets (DESIGN.md §7): power-of-n ≤ 1 µs and 0 allocs,
+// wait-and-widen with the affinity ring ≤ 3 µs and 0 allocs on a cached key.
+func BenchmarkDecide(b *testing.B) {
+	for _, n := range []int{8, 64} {
+		scenarios := microbench.Scenarios(n)
+		for i := range scenarios {
+			sc := &scenarios[i]
+			b.Run(fmt.Sprintf("policy=%s/candidates=%d", sc.Name, n), func(b *testing.B) {
+				bal := newBalancer(b, sc.Entry, seeded())
+				snap := lb.NewSnapshot("", "dummy-model", microbench.Candidates(n))
+				reqs := microbench.Requests(1024, sc.Excluded)
+				for k := range reqs { // warm the key caches
+					bal.Decide(snap, &reqs[k], 0)
+					bal.Decide(snap, &reqs[k], 0)
+				}
+				b.ReportAllocs()
+				k := 0
+				for b.Loop() {
+					bal.Decide(snap, &reqs[k], 0)
+					k++
+					if k == len(reqs) {
+						k = 0
+					}
+				}
+			})
+		}
+	}
+}
+
+// Decisions on a cached key allocate nothing, for every algorithm.
+func TestDecideAllocatesNothing(t *testing.T) {
+	for _, sc := range microbench.Scenarios(64) {
+		bal := newBalancer(t, sc.Entry, seeded())
+		snap := lb.NewSnapshot("", "dummy-model", microbench.Candidates(64))
+		reqs := microbench.Requests(16, sc.Excluded)
+		for k := range reqs {
+			bal.Decide(snap, &reqs[k], 0)
+			bal.Decide(snap, &reqs[k], 0)
+		}
+		k := 0
+		if got := testing.AllocsPerRun(200, func() {
+			bal.Decide(snap, &reqs[k%len(reqs)], 0)
+			k++
+		}); got != 0 {
+			t.Errorf("%s: %v allocs per decision, want 0", sc.Name, got)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package lb
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind is the outcome class of a routing decision.
+type Kind uint8
+
+// The three outcomes of a decision.
+const (
+	KindUnavailable Kind = iota // nothing will become selectable by waiting
+	KindSelected                // a candidate was chosen
+	KindWait                    // nothing selectable now; retry after Decision.Wait
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case KindSelected:
+		return "selected"
+	case KindWait:
+		return "wait"
+	default:
+		return "unavailable"
+	}
+}
+
+// Reason says why a decision is Unavailable (bounded, usable as a metric label).
+type Reason uint8
+
+// Reasons for Unavailable decisions.
+const (
+	ReasonNone         Reason = iota
+	ReasonNoCandidates        // the snapshot is empty
+	ReasonAllExcluded         // every candidate failed already for this request
+	ReasonNoFiniteTTFT        // no eligible candidate has a finite TTFT estimate
+	ReasonNoCapacity          // every eligible candidate is full
+	ReasonNotRanked           // pulsar: no candidate has a valid weight or passes the KV check
+	ReasonQueueLimit          // every candidate exceeds the queue SLO
+)
+
+var reasonNames = [...]string{
+	ReasonNone:         "none",
+	ReasonNoCandidates: "no_candidates",
+	ReasonAllExcluded:  "all_excluded",
+	ReasonNoFiniteTTFT: "no_finite_ttft",
+	ReasonNoCapacity:   "no_capacity",
+	ReasonNotRanked:    "not_ranked",
+	ReasonQueueLimit:   "queue_limit",
+}
+
+// String returns the reason's snake_case name.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Decision is the three-valued answer of a balancer. Only the fields of its Kind are set.
+type Decision struct {
+	Kind Kind
+	// Index is the selected candidate's index in the snapshot (KindSelected).
+	Index int
+	// RankDepth is 1 for the primary choice, >1 for a fallback (KindSelected).
+	RankDepth int
+	// KVSkipped is set when a higher-ranked cluster was skipped for lack of free KV tokens
+	// (pulsar variants, KindSelected).
+	KVSkipped bool
+	// Wait is how long until something may become selectable (KindWait, always > 0).
+	Wait time.Duration
+	// Reason says why nothing can be chosen (KindUnavailable).
+	Reason Reason
+}
+
+// Selected is a decision for candidate index at rank depth rank.
+func Selected(index, rank int) Decision {
+	return Decision{Kind: KindSelected, Index: index, RankDepth: rank}
+}
+
+// Wait is a decision to retry after d.
+func Wait(d time.Duration) Decision { return Decision{Kind: KindWait, Wait: d} }
+
+// Unavailable is a decision that nothing can be chosen, for reason r.
+func Unavailable(r Reason) Decision { return Decision{Kind: KindUnavailable, Reason: r} }
+
+// String renders the decision for logs and test failures.
+func (d Decision) String() string {
+	switch d.Kind {
+	case KindSelected:
+		return fmt.Sprintf("Selected{index: %d, rank: %d, kv_skipped: %t}", d.Index, d.RankDepth, d.KVSkipped)
+	case KindWait:
+		return fmt.Sprintf("Wait{%v}", d.Wait)
+	default:
+		return fmt.Sprintf("Unavailable{%v}", d.Reason)
+	}
+}

@@ -1,0 +1,230 @@
+package lb
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// ranker computes and caches pulsar's weighted rendezvous ranking per affinity key
+// (REFERENCE.md §1.9): score = weight / −ln(u), u = (h + 1) / (2⁶⁴ + 1), with h the xxh3 of
+// the tagged (seed, routing key, model, key, cluster id) and weight the cluster's valid
+// mean input TPS. Higher scores rank first, ties by cluster id; clusters without a valid
+// weight are not ranked.
+type ranker struct {
+	seed    string
+	cache   keyCache[[]int32]
+	prefix  []byte
+	members uint64
+	rk      string
+	model   string
+	weights []float64
+	built   bool
+	buf     []byte
+	scores  []rankScore
+	scratch []int32
+}
+
+type rankScore struct {
+	score float64
+	idx   int32
+}
+
+func newRanker(seed string) ranker {
+	return ranker{seed: seed, cache: newKeyCache[[]int32](defaultCacheKeys, true)}
+}
+
+// refresh invalidates the cache when the candidate list, the target or a weight changed.
+func (k *ranker) refresh(s *Snapshot) {
+	same := k.built && s.sameMembership(k.members, k.rk, k.model) && len(k.weights) == len(s.Candidates)
+	if same {
+		for i := range s.Candidates {
+			if w := s.Candidates[i].Load.InputTPS; w != k.weights[i] && !(math.IsNaN(w) && math.IsNaN(k.weights[i])) {
+				same = false
+				break
+			}
+		}
+	}
+	if same {
+		return
+	}
+	k.prefix = appendPrefix(k.prefix[:0], k.seed, s.RoutingKey, s.Model)
+	k.weights = k.weights[:0]
+	for i := range s.Candidates {
+		k.weights = append(k.weights, s.Candidates[i].Load.InputTPS)
+	}
+	k.members, k.rk, k.model, k.built = s.membership, s.RoutingKey, s.Model, true
+	k.cache.reset()
+}
+
+// rank returns the ranking (candidate indices, best first) of key on s. The slice is owned
+// by the ranker: do not modify or retain it across calls.
+func (k *ranker) rank(s *Snapshot, key string) []int32 {
+	k.refresh(s)
+	if r, ok := k.cache.get(key); ok {
+		return r
+	}
+	k.scores = k.scores[:0]
+	base := appendTagged(append(k.buf[:0], k.prefix...), "cache_affinity_key", key)
+	for i := range s.Candidates {
+		w := s.Candidates[i].Load.InputTPS
+		if !load.ValidTPS(w) {
+			continue
+		}
+		h := xxh3.Hash(appendTagged(base, "cluster_id", s.Candidates[i].ClusterID))
+		u := (float64(h) + 1) / (math.Exp2(64) + 1)
+		d := -math.Log(u)
+		if !(d > 0) || math.IsInf(d, 0) {
+			continue
+		}
+		k.scores = append(k.scores, rankScore{score: w / d, idx: int32(i)})
+	}
+	k.buf = base[:0]
+	slices.SortFunc(k.scores, func(a, b rankScore) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return cmp.Compare(s.Candidates[a.idx].ClusterID, s.Candidates[b.idx].ClusterID)
+	})
+	var out []int32
+	if len(key) > maxCachedKeyBytes {
+		out = k.scratch[:0]
+	} else {
+		out = make([]int32, 0, len(k.scores))
+	}
+	for _, x := range k.scores {
+		out = append(out, x.idx)
+	}
+	if len(key) > maxCachedKeyBytes {
+		k.scratch = out
+	} else {
+		k.cache.put(key, out)
+	}
+	return out
+}
+
+// kvFeasible is pulsar's KV check: the request has input, the cluster reports KV figures
+// and has at least that many free tokens.
+func kvFeasible(l *load.Load, inputTokens uint64) bool {
+	return inputTokens > 0 && l.ReportsKV() && l.KVFreeTokens >= inputTokens
+}
+
+// pulsar picks the first feasible cluster of the rendezvous ranking; rank depth is its
+// 1-based position. It never waits.
+type pulsar struct {
+	considerKV bool
+	ranker     ranker
+}
+
+func newPulsar(e lbconfig.Entry) *pulsar {
+	return &pulsar{considerKV: e.ConsiderKVFreeTokens, ranker: newRanker(e.Seed)}
+}
+
+func (b *pulsar) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
+	if d, ok := precheck(s, r); !ok {
+		return d
+	}
+	ranking := b.ranker.rank(s, r.AffinityKey)
+	kvSkipped := false
+	for pos, idx := range ranking {
+		c := &s.Candidates[idx]
+		if r.IsExcluded(c.ClusterID) {
+			continue
+		}
+		if b.considerKV && !kvFeasible(&c.Load, r.InputTokens) {
+			kvSkipped = true
+			continue
+		}
+		d := Selected(int(idx), pos+1)
+		d.KVSkipped = kvSkipped
+		return d
+	}
+	return Unavailable(ReasonNotRanked)
+}
+
+// pulsarWaitAndWiden uses the pulsar ranking as the affinity source and wait-and-widen
+// buckets (comparator "none") over disjoint bands of the ranking for fallback
+// (REFERENCE.md §1.10): [1], [2,3], [4,7], [8,15], … With no queue SLO configured a
+// feasible primary wins at once.
+type pulsarWaitAndWiden struct {
+	cfg        wawConfig
+	considerKV bool
+	rng        Rand
+	ranker     ranker
+	scratch    []scored
+	band       []int32
+}
+
+func newPulsarWaitAndWiden(e lbconfig.Entry, rng Rand) Balancer {
+	cfg := newWAWConfig(e)
+	cfg.comparator = load.ComparatorNone
+	return &pulsarWaitAndWiden{cfg: cfg, considerKV: e.ConsiderKVFreeTokens, rng: rng, ranker: newRanker(e.Seed)}
+}
+
+func (b *pulsarWaitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) Decision {
+	if d, ok := precheck(s, r); !ok {
+		return d
+	}
+	ranking := b.ranker.rank(s, r.AffinityKey)
+	if len(ranking) == 0 {
+		return Unavailable(ReasonNotRanked)
+	}
+	if !b.cfg.hasQueueSLO {
+		if c := &s.Candidates[ranking[0]]; !r.IsExcluded(c.ClusterID) && (!b.considerKV || kvFeasible(&c.Load, r.InputTokens)) {
+			return Selected(int(ranking[0]), 1)
+		}
+	}
+	kvSkipped := false
+	wait := Unavailable(ReasonNoCapacity)
+	for start, width := 0, 1; start < len(ranking); start, width = start+width, width*2 {
+		end := min(start+width, len(ranking))
+		band := b.band[:0]
+		for _, idx := range ranking[start:end] {
+			c := &s.Candidates[idx]
+			if r.IsExcluded(c.ClusterID) {
+				continue
+			}
+			if b.considerKV && !kvFeasible(&c.Load, r.InputTokens) {
+				kvSkipped = true
+				continue
+			}
+			band = append(band, idx)
+		}
+		b.band = band
+		if len(band) == 0 {
+			continue
+		}
+		d := b.cfg.evaluate(&b.scratch, b.rng, s, r, band, 1, elapsed, elapsed)
+		switch d.Kind {
+		case KindSelected:
+			pos := slices.IndexFunc(ranking, func(idx int32) bool { return int(idx) == d.Index })
+			d.RankDepth = pos + 1
+			d.KVSkipped = kvSkipped && b.skippedAbove(s, r, ranking[:pos])
+			return d
+		case KindWait:
+			wait = Wait(minWait(wait, d.Wait))
+		default:
+		}
+	}
+	if wait.Kind == KindUnavailable && kvSkipped {
+		return Unavailable(ReasonNotRanked)
+	}
+	return wait
+}
+
+// skippedAbove reports whether a cluster ranked above the choice was skipped for KV.
+func (b *pulsarWaitAndWiden) skippedAbove(s *Snapshot, r *Request, above []int32) bool {
+	for _, idx := range above {
+		c := &s.Candidates[idx]
+		if !r.IsExcluded(c.ClusterID) && b.considerKV && !kvFeasible(&c.Load, r.InputTokens) {
+			return true
+		}
+	}
+	return false
+}

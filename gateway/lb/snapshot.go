@@ -1,0 +1,101 @@
+package lb
+
+import (
+	"strings"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/switchyard/switchyard/engines/load"
+)
+
+// Candidate is one routable cluster of a routing target: its aggregated load and the mean
+// round trip of its backends.
+type Candidate struct {
+	ClusterID string
+	RTT       time.Duration
+	Load      load.Load
+	// Backends is the number of active backends aggregated into this candidate.
+	Backends int
+}
+
+// Snapshot is the immutable candidate set of one routing target (routing key × model) at
+// one moment, reservations included. Candidates are in stable cluster-id order; build it
+// with NewSnapshot and never modify it afterwards (balancers cache derived data per
+// membership).
+type Snapshot struct {
+	RoutingKey string
+	Model      string
+	Candidates []Candidate
+	membership uint64
+}
+
+// NewSnapshot builds a snapshot over candidates (kept in the given order, which must be
+// stable across snapshots of the same target, e.g. sorted by cluster id).
+func NewSnapshot(routingKey, model string, candidates []Candidate) *Snapshot {
+	h := xxh3.New()
+	var sep [1]byte
+	for i := range candidates {
+		_, _ = h.WriteString(candidates[i].ClusterID)
+		_, _ = h.Write(sep[:])
+	}
+	return &Snapshot{RoutingKey: routingKey, Model: model, Candidates: candidates, membership: h.Sum64() ^ uint64(len(candidates))}
+}
+
+// sameMembership reports whether a cached derivation keyed by (members, key, model) is
+// still valid for s.
+func (s *Snapshot) sameMembership(members uint64, routingKey, model string) bool {
+	return s.membership == members && s.RoutingKey == routingKey && s.Model == model
+}
+
+// Request is what a balancer needs to know about one routing attempt. Its strings must not
+// alias reusable buffers: caches may retain AffinityKey.
+type Request struct {
+	// AffinityKey is x-cache-affinity-key; blank means absent.
+	AffinityKey string
+	InputTokens uint64
+	// Priority is x-priority (lower = more urgent).
+	Priority uint32
+	// SLO is x-request-slo-ms; 0 means none. It only drives queue-limit interpolation.
+	SLO time.Duration
+	// Excluded lists the cluster ids that already failed for this request.
+	Excluded []string
+}
+
+// IsExcluded reports whether clusterID already failed for this request.
+func (r *Request) IsExcluded(clusterID string) bool {
+	for _, e := range r.Excluded {
+		if e == clusterID {
+			return true
+		}
+	}
+	return false
+}
+
+// hasAffinityKey reports whether the request carries a non-blank affinity key.
+func (r *Request) hasAffinityKey() bool { return strings.TrimSpace(r.AffinityKey) != "" }
+
+// allExcluded reports whether no candidate of s is left for r.
+func allExcluded(s *Snapshot, r *Request) bool {
+	if len(r.Excluded) == 0 {
+		return len(s.Candidates) == 0
+	}
+	for i := range s.Candidates {
+		if !r.IsExcluded(s.Candidates[i].ClusterID) {
+			return false
+		}
+	}
+	return true
+}
+
+// precheck returns the Unavailable decision for an empty snapshot or a fully excluded
+// request, and ok = false; otherwise ok = true.
+func precheck(s *Snapshot, r *Request) (Decision, bool) {
+	if len(s.Candidates) == 0 {
+		return Unavailable(ReasonNoCandidates), false
+	}
+	if allExcluded(s, r) {
+		return Unavailable(ReasonAllExcluded), false
+	}
+	return Decision{}, true
+}

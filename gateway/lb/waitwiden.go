@@ -1,0 +1,293 @@
+package lb
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// waitAndWiden is the bucketed TTFT balancer with an optional cache-affinity group, the
+// affinity hold X and the prefill discount (REFERENCE.md §1.6–1.8).
+type waitAndWiden struct {
+	cfg    wawConfig
+	rng    Rand
+	ring   ring
+	groups keyCache[[]int32]
+	// Scratch reused across decisions so a decision on a cached key allocates nothing.
+	scratch  []scored
+	groupBuf []int32
+	hashBuf  []byte
+}
+
+// wawConfig is the part of an lb-config entry the bucket routine needs.
+type wawConfig struct {
+	comparator   load.Comparator
+	ignore       load.Ignore
+	hasQueueSLO  bool
+	queueFloor   load.Millis
+	queueCeil    load.Millis
+	bucket       load.Millis
+	unlockFactor float64
+	n            int
+	maxQueued    uint64
+	// affinity
+	seed           string
+	virtualNodes   int
+	selectionCount int
+	hold           time.Duration
+	scale          float64
+}
+
+func newWAWConfig(e lbconfig.Entry) wawConfig {
+	return wawConfig{
+		comparator:     e.Comparator,
+		ignore:         load.Ignore{Queue: e.IgnoreQueueTime, Prefill: e.IgnoreInputProcessingTime},
+		hasQueueSLO:    e.HasQueueSLO,
+		queueFloor:     load.MillisOf(e.QueueFloor),
+		queueCeil:      load.MillisOf(e.QueueCeil),
+		bucket:         load.MillisOf(e.BucketSize),
+		unlockFactor:   e.UnlockFactor,
+		n:              max(e.N, 1),
+		maxQueued:      e.MaxQueued,
+		seed:           e.Seed,
+		virtualNodes:   max(e.VirtualNodes, 1),
+		selectionCount: e.SelectionCount,
+		hold:           e.AffinityWait,
+		scale:          e.AffinityInputScale,
+	}
+}
+
+func newWaitAndWiden(e lbconfig.Entry, rng Rand) *waitAndWiden {
+	return &waitAndWiden{cfg: newWAWConfig(e), rng: rng, groups: newKeyCache[[]int32](defaultCacheKeys, false)}
+}
+
+// scored is one candidate's estimate during a decision.
+type scored struct {
+	idx   int32
+	ttft  load.Millis // bucket value
+	cmpv  load.Millis // comparator value (ttft comparator)
+	queue load.Millis // effective queue delay
+}
+
+// queueLimit is the interpolated queue SLO: floor + (ceil − floor) × clamp(elapsed/SLO),
+// with the ceiling when the request has no SLO.
+func (c *wawConfig) queueLimit(r *Request, elapsed time.Duration) load.Millis {
+	fraction := 1.0
+	if r.SLO > 0 {
+		fraction = min(max(float64(elapsed)/float64(r.SLO), 0), 1)
+	}
+	return c.queueFloor + (c.queueCeil-c.queueFloor)*load.Millis(fraction)
+}
+
+func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) Decision {
+	if d, ok := precheck(s, r); !ok {
+		return d
+	}
+	group := b.group(s, r)
+	if group == nil {
+		return b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, 1, elapsed, elapsed)
+	}
+	return b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed)
+}
+
+// withHold is the PR's affinity decision (REFERENCE.md §1.8): the affinity phase over the
+// group at the discounted prefill, waiting until X, then the global phase over every
+// candidate at full prefill with buckets widening only with the time after X.
+func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed time.Duration) Decision {
+	affine := c.evaluate(scratch, rng, s, r, group, c.scale, elapsed, elapsed)
+	if affine.Kind == KindSelected {
+		return affine
+	}
+	if elapsed < c.hold {
+		return Wait(minWait(affine, c.hold-elapsed))
+	}
+	global := c.evaluate(scratch, rng, s, r, nil, 1, elapsed, elapsed-c.hold)
+	switch global.Kind {
+	case KindSelected:
+		global.RankDepth = len(group) + 1
+		return global
+	case KindWait:
+		return Wait(minWait(affine, global.Wait))
+	default:
+		if affine.Kind == KindWait {
+			return affine
+		}
+		return global
+	}
+}
+
+// minWait is the smaller of d and the wait of a Wait decision.
+func minWait(d Decision, w time.Duration) time.Duration {
+	if d.Kind == KindWait {
+		return min(d.Wait, w)
+	}
+	return w
+}
+
+// group returns the affinity group of r (ring members in ring order, computed before
+// exclusions), or nil when affinity does not apply.
+func (b *waitAndWiden) group(s *Snapshot, r *Request) []int32 {
+	if b.cfg.selectionCount <= 0 || !r.hasAffinityKey() {
+		return nil
+	}
+	if !b.ring.current(s) {
+		b.ring.build(s, b.cfg.seed, b.cfg.virtualNodes)
+		b.groups.reset()
+	}
+	if g, ok := b.groups.get(r.AffinityKey); ok {
+		return g
+	}
+	count := min(b.cfg.selectionCount, len(s.Candidates))
+	h := hashKey(&b.hashBuf, b.ring.prefix, r.AffinityKey)
+	if len(r.AffinityKey) > maxCachedKeyBytes {
+		b.groupBuf = b.ring.walk(h, count, b.groupBuf[:0])
+		return b.groupBuf
+	}
+	g := b.ring.walk(h, count, make([]int32, 0, count))
+	b.groups.put(r.AffinityKey, g)
+	return g
+}
+
+// evaluate runs the bucket routine of REFERENCE.md §1.6 over members (nil = every
+// candidate) with prefill scale and a bucket budget; sloElapsed drives the queue-SLO
+// interpolation. It returns Selected (rank 1), Wait (a locked bucket with capacity will
+// unlock) or Unavailable.
+func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, scale float64, sloElapsed, budget time.Duration) Decision {
+	sc, overSLO := c.collect((*scratch)[:0], s, r, members, scale, sloElapsed)
+	*scratch = sc
+	if len(sc) == 0 {
+		if overSLO {
+			return Unavailable(ReasonQueueLimit)
+		}
+		return Unavailable(ReasonAllExcluded)
+	}
+	fastest, slowest := sc[0].ttft, sc[0].ttft
+	for _, x := range sc[1:] {
+		fastest, slowest = min(fastest, x.ttft), max(slowest, x.ttft)
+	}
+	if !fastest.IsFinite() {
+		return Unavailable(ReasonNoFiniteTTFT)
+	}
+	unlocked, next := len(sc), time.Duration(0)
+	if !slowest.IsFinite() || slowest-fastest > c.bucket {
+		unlocked, next = c.unlock(s, sc, load.MillisOf(budget))
+	}
+	open := sc[:0]
+	for _, x := range sc[:unlocked] {
+		if s.Candidates[x.idx].Load.HasCapacity(c.maxQueued) {
+			open = append(open, x)
+		}
+	}
+	if len(open) == 0 {
+		if next > 0 {
+			return Wait(next)
+		}
+		return Unavailable(ReasonNoCapacity)
+	}
+	return Selected(c.best(rng, s, r, open), 1)
+}
+
+// collect appends the non-excluded members that pass the queue SLO, with their estimates;
+// overSLO reports whether the SLO dropped any.
+func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int32, scale float64, elapsed time.Duration) (_ []scored, overSLO bool) {
+	limit := load.Millis(math.Inf(1))
+	if c.hasQueueSLO {
+		limit = c.queueLimit(r, elapsed)
+	}
+	add := func(i int32) {
+		cand := &s.Candidates[i]
+		if r.IsExcluded(cand.ClusterID) {
+			return
+		}
+		est := cand.Load.Estimate(load.MillisOf(cand.RTT), r.InputTokens, r.Priority, scale, c.ignore)
+		if est.Queue > limit {
+			overSLO = true
+			return
+		}
+		sc = append(sc, scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue})
+	}
+	if members == nil {
+		for i := range s.Candidates {
+			add(int32(i))
+		}
+	} else {
+		for _, i := range members {
+			add(i)
+		}
+	}
+	return sc, overSLO
+}
+
+// unlock sorts sc by (TTFT, cluster id) and walks the buckets with the time budget. It
+// returns how many leading entries are unlocked and, when the walk stopped at a locked
+// bucket holding a finite candidate with capacity, the wait until that bucket unlocks.
+func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlocked int, next time.Duration) {
+	slices.SortFunc(sc, func(a, b scored) int {
+		if v := cmp.Compare(a.ttft, b.ttft); v != 0 {
+			return v
+		}
+		return cmp.Compare(s.Candidates[a.idx].ClusterID, s.Candidates[b.idx].ClusterID)
+	})
+	start := sc[0].ttft
+	for k := 1; k < len(sc); k++ {
+		t := sc[k].ttft
+		if !t.IsFinite() {
+			return k, 0
+		}
+		gap := t - start
+		if gap <= c.bucket {
+			continue
+		}
+		need := gap * load.Millis(c.unlockFactor)
+		if budget < need {
+			for _, x := range sc[k:] {
+				if x.ttft.IsFinite() && s.Candidates[x.idx].Load.HasCapacity(c.maxQueued) {
+					return k, (need - budget).Duration()
+				}
+			}
+			return k, 0
+		}
+		budget -= need
+		start = t
+	}
+	return len(sc), 0
+}
+
+// best samples min(n, len(open)) entries uniformly (partial Fisher–Yates) and returns the
+// candidate index of the best by the comparator; the first minimum of the shuffled sample
+// wins, so ties are broken at random.
+func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) int {
+	k := min(c.n, len(open))
+	for i := range k {
+		j := i + rng.IntN(len(open)-i)
+		open[i], open[j] = open[j], open[i]
+	}
+	bi := 0
+	for i := 1; i < k; i++ {
+		if c.less(s, r, &open[i], &open[bi]) {
+			bi = i
+		}
+	}
+	return int(open[bi].idx)
+}
+
+// less reports whether a is strictly better than b under the configured comparator.
+func (c *wawConfig) less(s *Snapshot, r *Request, a, b *scored) bool {
+	la, lb := &s.Candidates[a.idx].Load, &s.Candidates[b.idx].Load
+	switch c.comparator {
+	case load.ComparatorTTFT:
+		return a.cmpv < b.cmpv
+	case load.ComparatorQueueTime:
+		return a.queue < b.queue
+	case load.ComparatorNone:
+		return load.CompareNone(la, a.queue, lb, b.queue) < 0
+	default:
+		ea := load.Estimate{Queue: a.queue, Comparator: a.cmpv}
+		eb := load.Estimate{Queue: b.queue, Comparator: b.cmpv}
+		return c.comparator.Score(la, ea, r.InputTokens) < c.comparator.Score(lb, eb, r.InputTokens)
+	}
+}

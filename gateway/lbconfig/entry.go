@@ -1,0 +1,221 @@
+package lbconfig
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
+)
+
+// Defaults of the algorithm settings (REFERENCE §1.3, §1.6).
+const (
+	DefaultSampleCount        = 2                     // power-of-n sample_count
+	MinSampleCount            = 1                     // smallest power-of-n sample_count
+	MaxSampleCount            = 64                    // largest power-of-n sample_count
+	DefaultVirtualNodes       = 150                   // cache_affinity_virtual_nodes
+	MaxVirtualNodes           = 1 << 16               // largest cache_affinity_virtual_nodes (our bound; rings are built per request target)
+	DefaultAffinityInputScale = 1.0                   // cache_affinity_input_tokens_scale
+	DefaultBucketSize         = 20 * time.Millisecond // ttft_bucket_size_ms
+	DefaultUnlockFactor       = 0.25                  // next_bucket_unlock_factor
+	DefaultN                  = 2                     // n, the wait-and-widen sample size
+)
+
+// Entry is one algorithm definition with every setting resolved: defaults applied and
+// the reference's normalisations done (virtual nodes and n: 0 → 1). Fields that do not
+// belong to Algorithm are zero.
+type Entry struct {
+	// Algorithm selects the balancer.
+	Algorithm Algorithm
+	// Name is the algorithm name as written in the configuration (aliases preserved), or,
+	// for an entry made up from an x-routing-method header under the permissive default,
+	// the header's normalised spelling. It is for logs and does not take part in
+	// SameSettings.
+	Name string
+
+	// RequireCacheAffinityKey makes requests without a non-blank x-cache-affinity-key fail
+	// with 400 (require_cache_affinity_key, every algorithm).
+	RequireCacheAffinityKey bool
+	// RequireInputTokens is declarative (require_input_tokens, every algorithm); the
+	// gateway requires x-input-tokens anyway.
+	RequireInputTokens bool
+	// MaxInputWorkSeconds is the input-work admission limit L in seconds
+	// (max_input_work_seconds, every algorithm); meaningful only when HasMaxInputWork.
+	MaxInputWorkSeconds float64
+	// HasMaxInputWork says whether max_input_work_seconds was set.
+	HasMaxInputWork bool
+
+	// SampleCount is power-of-n's sample_count: 1..=64, default 2.
+	SampleCount int
+	// Comparator ranks candidates: default ComparatorTTFT for power-of-n and
+	// wait-and-widen, ComparatorNone for the other algorithms (which take none).
+	Comparator load.Comparator
+
+	// Seed is part of the affinity and rendezvous hashes (wait-and-widen, pulsar,
+	// pulsar-wait-and-widen); default empty.
+	Seed string
+	// VirtualNodes is cache_affinity_virtual_nodes: ring points per cluster, default 150,
+	// a configured 0 becomes 1.
+	VirtualNodes int
+	// SelectionCount is cache_affinity_backend_selection_count, the affinity group size;
+	// 0 (or unset) disables affinity.
+	SelectionCount int
+	// AffinityWait is cache_affinity_wait_ms, the affinity hold X; default 0.
+	AffinityWait time.Duration
+	// AffinityInputScale is cache_affinity_input_tokens_scale, the prefill discount inside
+	// the affinity group: default 1.0, finite and within [0, 1].
+	AffinityInputScale float64
+	// HasQueueSLO is true only when both max_queue_time_floor_ms and
+	// max_queue_time_ceil_ms are set.
+	HasQueueSLO bool
+	// QueueFloor is max_queue_time_floor_ms (not reordered against QueueCeil).
+	QueueFloor time.Duration
+	// QueueCeil is max_queue_time_ceil_ms.
+	QueueCeil time.Duration
+	// BucketSize is ttft_bucket_size_ms, default 20 ms.
+	BucketSize time.Duration
+	// UnlockFactor is next_bucket_unlock_factor, default 0.25; any finite value.
+	UnlockFactor float64
+	// N is wait-and-widen's sample size n: default 2, a configured 0 becomes 1.
+	N int
+	// MaxQueued is the number of requests a backend may run beyond its engine
+	// concurrency and still count as having capacity (max_queued, default 0).
+	MaxQueued uint64
+	// IgnoreQueueTime drops the queue term from bucket TTFTs (ignore_queue_time).
+	IgnoreQueueTime bool
+	// IgnoreInputProcessingTime drops the prefill term from bucket TTFTs
+	// (ignore_input_processing_time).
+	IgnoreInputProcessingTime bool
+
+	// ConsiderKVFreeTokens skips clusters without enough free KV tokens (pulsar and
+	// pulsar-wait-and-widen only; consider_kv_free_tokens).
+	ConsiderKVFreeTokens bool
+}
+
+// DefaultEntry returns the definition of a with default settings and its canonical name.
+func DefaultEntry(a Algorithm) Entry {
+	e := Entry{Algorithm: a, Name: a.String()}
+	switch a {
+	case PowerOfN:
+		e.SampleCount = DefaultSampleCount
+		e.Comparator = load.ComparatorTTFT
+	case WaitAndWiden, PulsarWaitAndWiden:
+		if a == WaitAndWiden {
+			e.Comparator = load.ComparatorTTFT
+		}
+		e.VirtualNodes = DefaultVirtualNodes
+		e.AffinityInputScale = DefaultAffinityInputScale
+		e.BucketSize = DefaultBucketSize
+		e.UnlockFactor = DefaultUnlockFactor
+		e.N = DefaultN
+	default: // round-robin, random and pulsar have no algorithm-specific numbers
+	}
+	return e
+}
+
+// SameSettings reports whether e and o define the same balancer: every field but Name is
+// equal. Entries with equal settings may share balancer state.
+func (e Entry) SameSettings(o Entry) bool {
+	o.Name = e.Name
+	return e == o
+}
+
+// hasWAWSettings reports whether the algorithm takes the wait-and-widen settings.
+func (a Algorithm) hasWAWSettings() bool { return a == WaitAndWiden || a == PulsarWaitAndWiden }
+
+// takesComparator reports whether the algorithm has a configurable comparator.
+func (a Algorithm) takesComparator() bool { return a == PowerOfN || a == WaitAndWiden }
+
+// takesSeed reports whether the algorithm hashes with a seed.
+func (a Algorithm) takesSeed() bool {
+	return a == WaitAndWiden || a == Pulsar || a == PulsarWaitAndWiden
+}
+
+// isPulsar reports whether the algorithm uses the Pulsar ranking.
+func (a Algorithm) isPulsar() bool { return a == Pulsar || a == PulsarWaitAndWiden }
+
+// Validate checks the settings that belong to e.Algorithm and returns errors.Join of one
+// message per bad field (nil when e is usable). Settings of other algorithms are not
+// inspected, except that a comparator, a seed or consider_kv_free_tokens on an algorithm
+// that does not take one is refused. It never panics.
+func (e Entry) Validate() error {
+	return errors.Join(e.problems()...)
+}
+
+// problems returns one error per bad field.
+func (e Entry) problems() []error {
+	if !e.Algorithm.valid() {
+		return []error{fmt.Errorf("unknown algorithm %s", e.Algorithm)}
+	}
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if e.HasMaxInputWork && math.IsNaN(e.MaxInputWorkSeconds) {
+		add("max_input_work_seconds must be a number, not NaN")
+	}
+	switch {
+	case e.Algorithm == PulsarWaitAndWiden && e.Comparator != load.ComparatorNone:
+		add("comparator is not supported for pulsar-wait-and-widen")
+	case !e.Algorithm.takesComparator() && e.Comparator != load.ComparatorNone:
+		add("comparator is not supported for %s", e.Algorithm)
+	case e.Algorithm.takesComparator() && (e.Comparator == load.ComparatorNone || e.Comparator > load.ComparatorNumRequestsQueued):
+		add("%s comparator must be one of ttft, queue-time, input-work-seconds, utilization, num-requests-queued (got %s)", e.Algorithm, e.Comparator)
+	}
+	if !e.Algorithm.takesSeed() && e.Seed != "" {
+		add("seed is not supported for %s", e.Algorithm)
+	}
+	if !e.Algorithm.isPulsar() && e.ConsiderKVFreeTokens {
+		add("consider_kv_free_tokens is not supported for %s", e.Algorithm)
+	}
+	if e.Algorithm == PowerOfN && (e.SampleCount < MinSampleCount || e.SampleCount > MaxSampleCount) {
+		add("power-of-n sample_count must be between %d and %d", MinSampleCount, MaxSampleCount)
+	}
+	if e.Algorithm.hasWAWSettings() {
+		errs = append(errs, e.validateWAW()...)
+	}
+	return errs
+}
+
+// validateWAW checks the wait-and-widen settings (shared by pulsar-wait-and-widen).
+func (e Entry) validateWAW() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if e.Algorithm == WaitAndWiden && (e.VirtualNodes < 1 || e.VirtualNodes > MaxVirtualNodes) {
+		add("cache_affinity_virtual_nodes must be between 1 and %d", MaxVirtualNodes)
+	}
+	if e.SelectionCount < 0 {
+		add("cache_affinity_backend_selection_count must not be negative")
+	}
+	if e.AffinityWait < 0 {
+		add("cache_affinity_wait_ms must not be negative")
+	}
+	if !(e.AffinityInputScale >= 0 && e.AffinityInputScale <= 1) { // also false for NaN
+		add("cache_affinity_input_tokens_scale must be between 0.0 and 1.0")
+	}
+	if e.Algorithm == PulsarWaitAndWiden {
+		if e.AffinityWait != 0 {
+			add("cache_affinity_wait_ms is not supported for pulsar-wait-and-widen")
+		}
+		if e.AffinityInputScale != DefaultAffinityInputScale && e.AffinityInputScale >= 0 && e.AffinityInputScale <= 1 {
+			add("cache_affinity_input_tokens_scale is not supported for pulsar-wait-and-widen")
+		}
+	}
+	if e.HasQueueSLO && e.QueueFloor < 0 {
+		add("max_queue_time_floor_ms must not be negative")
+	}
+	if e.HasQueueSLO && e.QueueCeil < 0 {
+		add("max_queue_time_ceil_ms must not be negative")
+	}
+	if e.BucketSize < 0 {
+		add("ttft_bucket_size_ms must not be negative")
+	}
+	if math.IsNaN(e.UnlockFactor) || math.IsInf(e.UnlockFactor, 0) {
+		add("next_bucket_unlock_factor must be a finite number")
+	}
+	if e.N < 1 {
+		add("n must be at least 1")
+	}
+	return errs
+}

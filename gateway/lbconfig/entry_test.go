@@ -1,0 +1,137 @@
+package lbconfig
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard/switchyard/engines/load"
+)
+
+// TestDefaultEntry covers REFERENCE §9.1 items 7, 8 and 21 (defaults side).
+func TestDefaultEntry(t *testing.T) {
+	t.Parallel()
+	waw := Entry{
+		Algorithm:          WaitAndWiden,
+		Name:               "wait-and-widen",
+		Comparator:         load.ComparatorTTFT,
+		VirtualNodes:       150,
+		AffinityInputScale: 1.0,
+		BucketSize:         20 * time.Millisecond,
+		UnlockFactor:       0.25,
+		N:                  2,
+	}
+	pwaw := waw
+	pwaw.Algorithm, pwaw.Name, pwaw.Comparator = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone
+	want := []Entry{
+		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT},
+		waw,
+		{Algorithm: RoundRobin, Name: "round-robin"},
+		{Algorithm: Random, Name: "random"},
+		{Algorithm: Pulsar, Name: "pulsar"},
+		pwaw,
+	}
+	got := make([]Entry, 0, len(want))
+	for _, a := range Algorithms() {
+		e := DefaultEntry(a)
+		if err := e.Validate(); err != nil {
+			t.Errorf("DefaultEntry(%v).Validate() = %v", a, err)
+		}
+		got = append(got, e)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+// TestEntryValidate covers the programmatic checks of REFERENCE §9.1 items 7, 10 and 17.
+func TestEntryValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		entry Entry
+		want  []string // nil: valid
+	}{
+		{"sample_count 1", with(PowerOfN, func(e *Entry) { e.SampleCount = 1 }), nil},
+		{"sample_count 64", with(PowerOfN, func(e *Entry) { e.SampleCount = 64 }), nil},
+		{"sample_count 0", with(PowerOfN, func(e *Entry) { e.SampleCount = 0 }), []string{"power-of-n sample_count must be between 1 and 64"}},
+		{"sample_count 65", with(PowerOfN, func(e *Entry) { e.SampleCount = 65 }), []string{"power-of-n sample_count must be between 1 and 64"}},
+		{"sample_count -1", with(PowerOfN, func(e *Entry) { e.SampleCount = -1 }), []string{"power-of-n sample_count must be between 1 and 64"}},
+		{"sample_count ignored on wait-and-widen", with(WaitAndWiden, func(e *Entry) { e.SampleCount = 1000 }), nil},
+		{"scale 0", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = 0 }), nil},
+		{"scale 1", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = 1 }), nil},
+		{"scale -0.1", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = -0.1 }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
+		{"scale 1.1", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = 1.1 }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
+		{"scale NaN", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = math.NaN() }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
+		{"scale +Inf", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = math.Inf(1) }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
+		{"scale -Inf", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = math.Inf(-1) }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
+		{"pulsar-wait-and-widen comparator", with(PulsarWaitAndWiden, func(e *Entry) { e.Comparator = load.ComparatorTTFT }), []string{"comparator is not supported for pulsar-wait-and-widen"}},
+		{"pulsar-wait-and-widen X", with(PulsarWaitAndWiden, func(e *Entry) { e.AffinityWait = time.Millisecond }), []string{"cache_affinity_wait_ms is not supported for pulsar-wait-and-widen"}},
+		{"pulsar-wait-and-widen scale", with(PulsarWaitAndWiden, func(e *Entry) { e.AffinityInputScale = 0.5 }), []string{"cache_affinity_input_tokens_scale is not supported for pulsar-wait-and-widen"}},
+		{"pulsar-wait-and-widen scale out of range", with(PulsarWaitAndWiden, func(e *Entry) { e.AffinityInputScale = 2 }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
+		{"pulsar-wait-and-widen ignores virtual nodes", with(PulsarWaitAndWiden, func(e *Entry) { e.VirtualNodes = 0 }), nil},
+		{"pulsar-wait-and-widen kv", with(PulsarWaitAndWiden, func(e *Entry) { e.ConsiderKVFreeTokens = true }), nil},
+		{"comparator on round-robin", with(RoundRobin, func(e *Entry) { e.Comparator = load.ComparatorUtilization }), []string{"comparator is not supported for round-robin"}},
+		{"no comparator on power-of-n", with(PowerOfN, func(e *Entry) { e.Comparator = load.ComparatorNone }), []string{"power-of-n comparator must be one of ttft, queue-time, input-work-seconds, utilization, num-requests-queued (got none)"}},
+		{"bad comparator on wait-and-widen", with(WaitAndWiden, func(e *Entry) { e.Comparator = 99 }), []string{"wait-and-widen comparator must be one of ttft, queue-time, input-work-seconds, utilization, num-requests-queued (got comparator(99))"}},
+		{"seed on random", with(Random, func(e *Entry) { e.Seed = "s" }), []string{"seed is not supported for random"}},
+		{"seed on pulsar", with(Pulsar, func(e *Entry) { e.Seed = "s" }), nil},
+		{"kv on wait-and-widen", with(WaitAndWiden, func(e *Entry) { e.ConsiderKVFreeTokens = true }), []string{"consider_kv_free_tokens is not supported for wait-and-widen"}},
+		{"kv on pulsar", with(Pulsar, func(e *Entry) { e.ConsiderKVFreeTokens = true }), nil},
+		{"max input work NaN", with(Random, func(e *Entry) { e.MaxInputWorkSeconds, e.HasMaxInputWork = math.NaN(), true }), []string{"max_input_work_seconds must be a number, not NaN"}},
+		{"max input work NaN unset", with(Random, func(e *Entry) { e.MaxInputWorkSeconds = math.NaN() }), nil},
+		{"max input work negative", with(Random, func(e *Entry) { e.MaxInputWorkSeconds, e.HasMaxInputWork = -1, true }), nil},
+		{"max input work +Inf", with(Random, func(e *Entry) { e.MaxInputWorkSeconds, e.HasMaxInputWork = math.Inf(1), true }), nil},
+		{"unlock factor negative", with(WaitAndWiden, func(e *Entry) { e.UnlockFactor = -3 }), nil},
+		{"unlock factor NaN", with(WaitAndWiden, func(e *Entry) { e.UnlockFactor = math.NaN() }), []string{"next_bucket_unlock_factor must be a finite number"}},
+		{"unlock factor Inf", with(PulsarWaitAndWiden, func(e *Entry) { e.UnlockFactor = math.Inf(1) }), []string{"next_bucket_unlock_factor must be a finite number"}},
+		{"n 0", with(WaitAndWiden, func(e *Entry) { e.N = 0 }), []string{"n must be at least 1"}},
+		{"virtual nodes 0", with(WaitAndWiden, func(e *Entry) { e.VirtualNodes = 0 }), []string{"cache_affinity_virtual_nodes must be between 1 and 65536"}},
+		{"virtual nodes too many", with(WaitAndWiden, func(e *Entry) { e.VirtualNodes = MaxVirtualNodes + 1 }), []string{"cache_affinity_virtual_nodes must be between 1 and 65536"}},
+		{"negative numbers", with(WaitAndWiden, func(e *Entry) {
+			e.SelectionCount, e.AffinityWait, e.BucketSize = -1, -1, -1
+			e.HasQueueSLO, e.QueueFloor, e.QueueCeil = true, -1, -1
+		}), []string{
+			"cache_affinity_backend_selection_count must not be negative",
+			"cache_affinity_wait_ms must not be negative",
+			"max_queue_time_floor_ms must not be negative",
+			"max_queue_time_ceil_ms must not be negative",
+			"ttft_bucket_size_ms must not be negative",
+		}},
+		{"floor above ceil is kept", with(WaitAndWiden, func(e *Entry) { e.HasQueueSLO, e.QueueFloor, e.QueueCeil = true, time.Second, time.Millisecond }), nil},
+		{"unknown algorithm", Entry{Algorithm: 6}, []string{"unknown algorithm algorithm(6)"}},
+		{"several problems", with(PulsarWaitAndWiden, func(e *Entry) {
+			e.Comparator, e.AffinityWait, e.N = load.ComparatorQueueTime, time.Second, 0
+		}), []string{
+			"comparator is not supported for pulsar-wait-and-widen",
+			"cache_affinity_wait_ms is not supported for pulsar-wait-and-widen",
+			"n must be at least 1",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if diff := cmp.Diff(tt.want, problems(tt.entry.Validate())); diff != "" {
+				t.Errorf("Validate() problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSameSettings(t *testing.T) {
+	t.Parallel()
+	a := named(WaitAndWiden, "groq-multiregion")
+	b := DefaultEntry(WaitAndWiden)
+	if !a.SameSettings(b) || !b.SameSettings(a) {
+		t.Errorf("entries differing only in Name should have the same settings")
+	}
+	c := with(WaitAndWiden, func(e *Entry) { e.Seed = "x" })
+	if b.SameSettings(c) {
+		t.Errorf("entries with different seeds should not have the same settings")
+	}
+	if DefaultEntry(Pulsar).SameSettings(DefaultEntry(Random)) {
+		t.Errorf("different algorithms should not have the same settings")
+	}
+}
