@@ -1,0 +1,153 @@
+package control_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+func sampleLoad() load.Load {
+	return load.Load{
+		InputTPS: 1234.5, OutputTPS: 20, MaxOutputTPS: 40, QueueSize: 3, QueuedInputTokens: 900, RunningRequests: 7,
+		MaxEngineConcurrency: 8, TotalInputTokens: 1200, InputProcessingRequests: 1, OutputGenerationRequests: 4,
+		KVCapacityTokens: 100, KVUsedTokens: 40, KVFreeTokens: 60, ObservedAtUnixMilli: 1_700_000_000_000,
+		QueueEstimates: []load.PriorityEstimate{{Priority: 0, QueueMs: 5}, {Priority: 4, QueueMs: 70}},
+		Capabilities:   []string{"machine.kv_cache.http"}, Sources: []string{"kv_cache_stats"},
+	}
+}
+
+func TestStatsRoundTrip(t *testing.T) {
+	t.Parallel()
+	l := sampleLoad()
+	s := control.StatsFromLoad(&l)
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back control.Stats
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := back.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(l, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	empty := load.Load{QueueEstimates: []load.PriorityEstimate{}}
+	data, _ = json.Marshal(control.StatsFromLoad(&empty))
+	if !strings.Contains(string(data), `"queue_time_estimate_ms_by_priority":{}`) {
+		t.Errorf("an explicit empty map must be sent: %s", data)
+	}
+	data, _ = json.Marshal(control.StatsFromLoad(&load.Load{}))
+	if strings.Contains(string(data), "queue_time_estimate") {
+		t.Errorf("an absent map must be omitted: %s", data)
+	}
+}
+
+func TestLoadReportRoundTrip(t *testing.T) {
+	t.Parallel()
+	l := sampleLoad()
+	r := control.LoadReport{Model: "m-1", Generation: 3, Load: l, DispatchSeq: 42}
+	wire := string(control.AppendLoadReport(nil, &r))
+	got, err := control.ParseLoadReport(wire)
+	if err != nil {
+		t.Fatalf("ParseLoadReport(%q): %v", wire, err)
+	}
+	want := control.LoadReport{Model: "m-1", Generation: 3, DispatchSeq: 42, Load: load.Load{
+		InputTPS: l.InputTPS, QueueSize: l.QueueSize, QueuedInputTokens: l.QueuedInputTokens, RunningRequests: l.RunningRequests,
+		MaxEngineConcurrency: l.MaxEngineConcurrency, ObservedAtUnixMilli: l.ObservedAtUnixMilli, QueueEstimates: l.QueueEstimates,
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip of %q (-want +got):\n%s", wire, diff)
+	}
+	noMap, err := control.ParseLoadReport("v=1;m=x;future=1")
+	if err != nil || noMap.Load.QueueEstimates != nil || noMap.Model != "x" {
+		t.Errorf("unknown fields ignored, absent map nil: %+v %v", noMap, err)
+	}
+	emptyMap, err := control.ParseLoadReport("v=1;pq=")
+	if err != nil || emptyMap.Load.QueueEstimates == nil || len(emptyMap.Load.QueueEstimates) != 0 {
+		t.Errorf("explicit empty map: %+v %v", emptyMap, err)
+	}
+	for _, bad := range []string{"", "m=x", "v=2", "v=1;q=-1", "v=1;pq=1", "v=1;pq=4:1,2:1", "v=1;tps=x", "v=1;novalue"} {
+		if _, err := control.ParseLoadReport(bad); !errors.Is(err, control.ErrBadLoadReport) {
+			t.Errorf("ParseLoadReport(%q) = %v, want ErrBadLoadReport", bad, err)
+		}
+	}
+}
+
+func TestDispatchSeq(t *testing.T) {
+	t.Parallel()
+	gw, seq, err := control.ParseDispatchSeq(control.FormatDispatchSeq("gw/a", 17))
+	if err != nil || gw != "gw/a" || seq != 17 {
+		t.Errorf("got %q %d %v", gw, seq, err)
+	}
+	for _, bad := range []string{"", "/1", "gw", "gw/x"} {
+		if _, _, err := control.ParseDispatchSeq(bad); err == nil {
+			t.Errorf("ParseDispatchSeq(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseRegistration(t *testing.T) {
+	t.Parallel()
+	ok := `{"inference_server_id":"p1","inference_server_url":"http://127.0.0.1:8100","models":{"m":{"status":"ACTIVE","generation":1,"stats":{"last_mean_input_tps":100}}}}`
+	r, err := control.ParseRegistration("p1", []byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ClusterID != "p1" || r.Models["m"].Stats.LastMeanInputTPS != 100 {
+		t.Errorf("cluster id defaults to the id: %+v", r)
+	}
+	for name, tt := range map[string]struct{ path, body, want string }{
+		"bad json":      {"p1", `{`, "unexpected EOF"},
+		"unknown field": {"p1", `{"inference_server_id":"p1","bogus":1}`, "bogus"},
+		"id mismatch":   {"p2", ok, "does not match"},
+		"missing id":    {"p1", `{"inference_server_url":"http://a:1"}`, "inference_server_id is required"},
+		"bad url":       {"p1", `{"inference_server_id":"p1","inference_server_url":"quic://a"}`, "inference_server_url"},
+		"bad status":    {"p1", `{"inference_server_id":"p1","inference_server_url":"http://a:1","models":{"m":{"status":"up","stats":{}}}}`, "status"},
+		"bad priority":  {"p1", `{"inference_server_id":"p1","inference_server_url":"http://a:1","models":{"m":{"status":"ACTIVE","stats":{"queue_time_estimate_ms_by_priority":{"x":1}}}}}`, "priority"},
+		"trailing":      {"p1", ok + `{}`, "trailing"},
+	} {
+		_, err := control.ParseRegistration(tt.path, []byte(tt.body))
+		if !errors.Is(err, control.ErrBadRegistration) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want ErrBadRegistration mentioning %q", name, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseLoadReport(f *testing.F) {
+	l := sampleLoad()
+	f.Add(string(control.AppendLoadReport(nil, &control.LoadReport{Model: "m", Load: l, DispatchSeq: 1})))
+	f.Add("v=1;pq=")
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := control.ParseLoadReport(s)
+		if err != nil || strings.ContainsAny(r.Model, ";") {
+			return
+		}
+		again, err := control.ParseLoadReport(string(control.AppendLoadReport(nil, &r)))
+		if err != nil {
+			t.Fatalf("re-encoding %q failed: %v", s, err)
+		}
+		if again.DispatchSeq != r.DispatchSeq || again.Load.QueueSize != r.Load.QueueSize {
+			t.Fatalf("re-encoding changed the report: %+v vs %+v", r, again)
+		}
+	})
+}
+
+func FuzzParseRegistration(f *testing.F) {
+	f.Add("p1", `{"inference_server_id":"p1","inference_server_url":"http://127.0.0.1:8100","models":{"m":{"status":"ACTIVE","stats":{}}}}`)
+	f.Fuzz(func(t *testing.T, id, body string) {
+		r, err := control.ParseRegistration(id, []byte(body))
+		if err == nil && (r.ID != id || r.ClusterID == "") {
+			t.Fatalf("accepted an inconsistent registration: %+v", r)
+		}
+	})
+}

@@ -1,0 +1,169 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/switchyard/switchyard/engines/load"
+)
+
+// Model statuses of a registration.
+const (
+	StatusActive   = "ACTIVE"
+	StatusInactive = "INACTIVE"
+	StatusUnknown  = "UNKNOWN"
+)
+
+// RegistrationPath is the control endpoint prefix; the backend id follows it.
+const RegistrationPath = "/control/v1/backends/"
+
+// Registration is the full snapshot a pylon PUTs to RegistrationPath+ID every heartbeat
+// and on change.
+type Registration struct {
+	ID          string           `json:"inference_server_id"`
+	URL         string           `json:"inference_server_url"`
+	ClusterID   string           `json:"cluster_id,omitempty"`
+	HeartbeatMs uint64           `json:"heartbeat_ms,omitempty"`
+	DispatchSeq uint64           `json:"dispatch_seq,omitempty"` // highest x-switchyard-dispatch-seq admitted from the receiving gateway
+	Models      map[string]Model `json:"models"`
+}
+
+// Model is one model's status and stats in a registration.
+type Model struct {
+	Status     string `json:"status"`
+	Generation uint64 `json:"generation,omitempty"`
+	Stats      Stats  `json:"stats"`
+}
+
+// Stats are the 17 published stats fields (REFERENCE.md §4.3), in their wire names.
+type Stats struct {
+	LastMeanInputTPS        float64           `json:"last_mean_input_tps"`
+	OutputTPS               float64           `json:"output_tps"`
+	QueueSize               uint64            `json:"queue_size"`
+	QueuedInputSize         uint64            `json:"queued_input_size"`
+	MaxOutputTPS            float64           `json:"max_output_tps"`
+	KVCacheCapacityTokens   uint64            `json:"kv_cache_capacity_tokens"`
+	KVCacheUsedTokens       uint64            `json:"kv_cache_used_tokens"`
+	KVCacheFreeTokens       uint64            `json:"kv_cache_free_tokens"`
+	NumRunningQueries       uint64            `json:"num_running_queries"`
+	MaxEngineConcurrency    uint64            `json:"max_engine_concurrency"`
+	TotalQueryInputSize     uint64            `json:"total_query_input_size"`
+	QueueTimeEstimateMs     map[string]uint64 `json:"queue_time_estimate_ms_by_priority,omitzero"`
+	InputProcessingQueries  uint64            `json:"input_processing_queries"`
+	OutputGenerationQueries uint64            `json:"output_generation_queries"`
+	StatsObservedAtUnixMs   int64             `json:"stats_observed_at_unix_ms"`
+	StatsCapabilities       []string          `json:"stats_capabilities,omitempty"`
+	StatsSources            []string          `json:"stats_sources,omitempty"`
+}
+
+// RegistrationAck is the gateway's answer to a registration.
+type RegistrationAck struct {
+	GatewayID   string `json:"gateway_id"`
+	HeartbeatMs uint64 `json:"heartbeat_ms"`
+}
+
+// StatsFromLoad converts a load to its wire stats.
+func StatsFromLoad(l *load.Load) Stats {
+	s := Stats{
+		LastMeanInputTPS: l.InputTPS, OutputTPS: l.OutputTPS, QueueSize: l.QueueSize, QueuedInputSize: l.QueuedInputTokens,
+		MaxOutputTPS: l.MaxOutputTPS, KVCacheCapacityTokens: l.KVCapacityTokens, KVCacheUsedTokens: l.KVUsedTokens,
+		KVCacheFreeTokens: l.KVFreeTokens, NumRunningQueries: l.RunningRequests, MaxEngineConcurrency: l.MaxEngineConcurrency,
+		TotalQueryInputSize: l.TotalInputTokens, InputProcessingQueries: l.InputProcessingRequests,
+		OutputGenerationQueries: l.OutputGenerationRequests, StatsObservedAtUnixMs: l.ObservedAtUnixMilli,
+		StatsCapabilities: l.Capabilities, StatsSources: l.Sources,
+	}
+	if l.QueueEstimates != nil {
+		s.QueueTimeEstimateMs = make(map[string]uint64, len(l.QueueEstimates))
+		for _, e := range l.QueueEstimates {
+			s.QueueTimeEstimateMs[strconv.FormatUint(uint64(e.Priority), 10)] = e.QueueMs
+		}
+	}
+	return s
+}
+
+// Load converts wire stats to a load; it fails on a priority key that is not a u32.
+func (s *Stats) Load() (load.Load, error) {
+	l := load.Load{
+		InputTPS: s.LastMeanInputTPS, OutputTPS: s.OutputTPS, QueueSize: s.QueueSize, QueuedInputTokens: s.QueuedInputSize,
+		MaxOutputTPS: s.MaxOutputTPS, KVCapacityTokens: s.KVCacheCapacityTokens, KVUsedTokens: s.KVCacheUsedTokens,
+		KVFreeTokens: s.KVCacheFreeTokens, RunningRequests: s.NumRunningQueries, MaxEngineConcurrency: s.MaxEngineConcurrency,
+		TotalInputTokens: s.TotalQueryInputSize, InputProcessingRequests: s.InputProcessingQueries,
+		OutputGenerationRequests: s.OutputGenerationQueries, ObservedAtUnixMilli: s.StatsObservedAtUnixMs,
+		Capabilities: s.StatsCapabilities, Sources: s.StatsSources,
+	}
+	if s.QueueTimeEstimateMs != nil {
+		l.QueueEstimates = make([]load.PriorityEstimate, 0, len(s.QueueTimeEstimateMs))
+		for _, k := range slices.Sorted(maps.Keys(s.QueueTimeEstimateMs)) {
+			p, err := strconv.ParseUint(k, 10, 32)
+			if err != nil {
+				return load.Load{}, fmt.Errorf("queue_time_estimate_ms_by_priority: key %q is not a priority (u32)", k)
+			}
+			l.QueueEstimates = append(l.QueueEstimates, load.PriorityEstimate{Priority: uint32(p), QueueMs: s.QueueTimeEstimateMs[k]})
+		}
+		slices.SortFunc(l.QueueEstimates, func(a, b load.PriorityEstimate) int { return int(a.Priority) - int(b.Priority) })
+	}
+	return l, nil
+}
+
+// Registration validation errors.
+var (
+	ErrBadRegistration = errors.New("invalid registration")
+)
+
+// ParseRegistration decodes and validates a registration body for backend id pathID: JSON
+// with unknown fields rejected, id matching the path, an http(s) URL with a host and port,
+// known statuses, valid stats. Errors wrap ErrBadRegistration and say which field.
+func ParseRegistration(pathID string, body []byte) (Registration, error) {
+	var r Registration
+	if err := decodeStrict(body, &r); err != nil {
+		return Registration{}, fmt.Errorf("%w: %w", ErrBadRegistration, err)
+	}
+	var errs []error
+	switch {
+	case r.ID == "":
+		errs = append(errs, errors.New("inference_server_id is required"))
+	case r.ID != pathID:
+		errs = append(errs, fmt.Errorf("inference_server_id %q does not match the path id %q", r.ID, pathID))
+	}
+	if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
+		errs = append(errs, fmt.Errorf("inference_server_url %q must be an http(s) URL with a host and port", r.URL))
+	}
+	if r.ClusterID == "" {
+		r.ClusterID = r.ID
+	}
+	for name := range r.Models {
+		m := r.Models[name]
+		if name == "" {
+			errs = append(errs, errors.New("models: empty model id"))
+		}
+		switch m.Status {
+		case StatusActive, StatusInactive, StatusUnknown:
+		default:
+			errs = append(errs, fmt.Errorf("models[%q].status %q must be ACTIVE, INACTIVE or UNKNOWN", name, m.Status))
+		}
+		if _, err := m.Stats.Load(); err != nil {
+			errs = append(errs, fmt.Errorf("models[%q].stats: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Registration{}, fmt.Errorf("%w: %w", ErrBadRegistration, err)
+	}
+	return r, nil
+}
+
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytesReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
