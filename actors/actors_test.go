@@ -1,0 +1,50 @@
+package actors_test
+
+import (
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/actors"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestAlarmDeliversEarliestDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := actors.NewSystem(slog.New(slog.DiscardHandler))
+		probe := actors.NewProbe(sys, 4)
+		start := time.Now()
+		a := actors.NewAlarm(sys.Root, probe.PID)
+		a.Arm(start, start.Add(100*time.Millisecond))
+		a.Arm(start, start.Add(30*time.Millisecond)) // earlier wins
+		a.Arm(start, start.Add(60*time.Millisecond)) // later is ignored while armed
+		if _, ok := (<-probe.C).(actors.Tick); !ok {
+			t.Fatal("expected a Tick")
+		}
+		if got := time.Since(start); got != 30*time.Millisecond {
+			t.Errorf("tick after %v, want 30ms", got)
+		}
+		a.Fired()
+		a.Arm(time.Now(), time.Now().Add(10*time.Millisecond))
+		<-probe.C
+		if got := time.Since(start); got != 40*time.Millisecond {
+			t.Errorf("second tick after %v, want 40ms", got)
+		}
+		a.Fired()
+		a.Arm(time.Now(), time.Now().Add(time.Second))
+		a.Stop()
+		time.Sleep(2 * time.Second)
+		select {
+		case m := <-probe.C:
+			t.Errorf("stopped alarm delivered %v", m)
+		default:
+		}
+		sys.Root.Stop(probe.PID)
+		time.Sleep(time.Second)
+		synctest.Wait()
+	})
+}
