@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"), // process-wide default dialer
+	)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// The real binary on loopback: stream a chat completion, parse every event, and see the
+// request in the stats stream and /metrics.
+func TestLoopbackRealBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "engine")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	addr := freePort(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--http-listen-addr", addr, "--num-tokens", "4",
+		"--token-delay-ms", "5", "--ttft-ms", "10", "--max-concurrent-requests", "3")
+	cmd.Env = append(os.Environ(), "SWITCHYARD_ENGINE_MODEL_NAME=loop-model")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("engine exit: %v", err)
+		}
+	}()
+	hc := &fasthttp.HostClient{Addr: addr, MaxIdleConnDuration: 100 * time.Millisecond}
+	defer hc.CloseIdleConnections()
+	for i := 0; ; i++ {
+		status, _, err := hc.Get(nil, "http://"+addr+"/health")
+		if err == nil && status == 200 {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("engine not healthy: %v", err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+
+	// Stats stream in the background.
+	statsReq := fasthttp.AcquireRequest()
+	statsReq.SetRequestURI("http://" + addr + "/pylon/v1/stats/stream")
+	statsResp := fasthttp.AcquireResponse()
+	statsResp.StreamBody = true
+	if err := hc.Do(statsReq, statsResp); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(statsResp.BodyStream())
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI("http://" + addr + "/v1/chat/completions")
+	req.Header.SetMethod("POST")
+	req.Header.Set("x-request-id", "loop-1")
+	req.SetBodyString(`{"model":"loop-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello loop"}]}`)
+	resp := fasthttp.AcquireResponse()
+	resp.StreamBody = true
+	if err := hc.Do(req, resp); err != nil {
+		t.Fatal(err)
+	}
+	if ct := string(resp.Header.ContentType()); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	var content []string
+	var events int
+	sawDone, sawUsage := false, false
+	sc := bufio.NewScanner(resp.BodyStream())
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("not an SSE data line: %q", line)
+		}
+		events++
+		if data == "[DONE]" {
+			sawDone = true
+			continue
+		}
+		var chunk struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil || chunk.Object != "chat.completion.chunk" {
+			t.Fatalf("bad chunk %q: %v", data, err)
+		}
+		if len(chunk.Choices) == 1 && chunk.Choices[0].Delta.Content != "" {
+			content = append(content, chunk.Choices[0].Delta.Content)
+		}
+		if chunk.Usage != nil {
+			sawUsage = chunk.Usage.CompletionTokens == 4
+		}
+	}
+	_ = resp.CloseBodyStream()
+	if len(content) != 4 || !sawDone || !sawUsage || events != 8 {
+		t.Fatalf("content %q, events %d, done %v, usage %v", content, events, sawDone, sawUsage)
+	}
+
+	// The stats stream saw the request finish, and pinged with the concurrency.
+	var finished, pinged bool
+	deadline := time.After(3 * time.Second)
+	for !finished || !pinged {
+		select {
+		case m := <-lines:
+			if m["type"] == "ping" && m["model"] == "loop-model" && m["max_engine_concurrency"] == 3.0 {
+				pinged = true
+			}
+			if m["type"] == "stats" && m["request_id"] == "loop-1" && m["finished"] == true && m["tokens_generated"] == 4.0 {
+				finished = true
+			}
+		case <-deadline:
+			t.Fatalf("stats stream: finished %v, pinged %v", finished, pinged)
+		}
+	}
+
+	status, body, err := hc.Get(nil, "http://"+addr+"/metrics")
+	if err != nil || status != 200 {
+		t.Fatalf("metrics: %d %v", status, err)
+	}
+	for _, want := range []string{
+		`vllm:generation_tokens_total{model_name="loop-model"} 4`,
+		`vllm:prompt_tokens_total{model_name="loop-model"} ` + strconv.Itoa(len("hello loop")),
+		`vllm:time_to_first_token_seconds_count{model_name="loop-model"} 1`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	// SIGTERM ends the stats stream and the process exits cleanly (checked in the defer).
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	for range lines {
+	}
+	_ = statsResp.CloseBodyStream()
+	fasthttp.ReleaseResponse(statsResp)
+	fasthttp.ReleaseRequest(statsReq)
+}
+
+func TestBadFlagExitsNonZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "engine")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--engine-model", "quantum"}, {"--time-scale", "0"}, {"--num-tokens", "-3"}} {
+		out, err := exec.CommandContext(t.Context(), bin, args...).CombinedOutput()
+		if err == nil {
+			t.Errorf("%v: exit 0", args)
+		}
+		if !strings.Contains(string(out), "error") {
+			t.Errorf("%v: output %q", args, out)
+		}
+	}
+	out, err := exec.CommandContext(t.Context(), bin, "--version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "engine dev" {
+		t.Errorf("--version: %q %v", out, err)
+	}
+}

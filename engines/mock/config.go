@@ -1,0 +1,158 @@
+package mock
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/latency"
+)
+
+// Defaults (DESIGN.md §9, engine).
+const (
+	DefaultListenAddr          = "127.0.0.1:8090"
+	DefaultModelName           = "dummy-model"
+	DefaultNumTokens           = 10
+	DefaultTokenDelay          = 100 * time.Millisecond
+	DefaultMaxRequestBodyBytes = 16 << 20
+	DefaultEmbeddingDimensions = 64
+	// PingInterval is the stats stream's ping period.
+	PingInterval = time.Second
+)
+
+// Engine models.
+const (
+	ModelLegacy  = "legacy"
+	ModelBatched = "batched"
+)
+
+// Config configures one mock engine. Durations and counts follow the engine's CLI flags;
+// the comment on each field gives its default. Zero means the default only where noted.
+type Config struct {
+	// ListenAddr is the TCP listen address used by Run (default 127.0.0.1:8090).
+	ListenAddr string
+	// ModelNames are the served models; the first is the default (default ["dummy-model"]).
+	ModelNames []string
+	// NumTokens is the default number of output tokens (zero means 10).
+	NumTokens int
+	// TokenDelay is the delay before each token after the first (legacy; default 0 here,
+	// 100 ms from the CLI).
+	TokenDelay time.Duration
+	// DecodeJitter bounds the deterministic per-token jitter (legacy; default 0).
+	DecodeJitter time.Duration
+	// TTFT is the fixed delay between prefill and the first token (legacy; default 0).
+	TTFT time.Duration
+	// TTFTJitter bounds the deterministic TTFT jitter (legacy; default 0).
+	TTFTJitter time.Duration
+	// PrefillTokensPerSecond is the legacy prefill rate; 0 means no prefill delay.
+	PrefillTokensPerSecond float64
+	// MaxConcurrentRequests bounds the requests generating at once; 0 means unlimited.
+	MaxConcurrentRequests int
+	// HealthDelay delays GET /health (default 0).
+	HealthDelay time.Duration
+	// KVCacheCapacityTokens is the prefix cache capacity (per worker in the batched
+	// model); 0 disables the cache.
+	KVCacheCapacityTokens uint64
+	// EngineModel is "legacy" (default) or "batched".
+	EngineModel string
+	// Batched configures the batched model (zero fields mean the reference profile).
+	Batched latency.BatchedConfig
+	// Seed is mixed into jitter, generated request IDs and embedding vectors; 0 reproduces
+	// the reference mock's jitter.
+	Seed uint64
+	// TimeScale multiplies every delay (zero means 1).
+	TimeScale float64
+	// MaxRequestBodyBytes bounds request bodies; larger bodies get 413 (zero means 16 MiB).
+	MaxRequestBodyBytes int
+}
+
+// ErrConfig is the class of configuration errors.
+var ErrConfig = errors.New("invalid engine config")
+
+// WithDefaults returns c with zero fields that have defaults filled in.
+func (c Config) WithDefaults() Config {
+	if c.ListenAddr == "" {
+		c.ListenAddr = DefaultListenAddr
+	}
+	if len(c.ModelNames) == 0 {
+		c.ModelNames = []string{DefaultModelName}
+	}
+	if c.NumTokens == 0 {
+		c.NumTokens = DefaultNumTokens
+	}
+	if c.EngineModel == "" {
+		c.EngineModel = ModelLegacy
+	}
+	if c.TimeScale == 0 {
+		c.TimeScale = 1
+	}
+	if c.MaxRequestBodyBytes == 0 {
+		c.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	c.Batched.TimeScale = c.TimeScale
+	return c
+}
+
+// Validate returns one precise error per bad field, joined.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
+	}
+	seen := map[string]bool{}
+	for _, m := range c.ModelNames {
+		switch {
+		case m == "":
+			bad("model name must not be empty")
+		case seen[m]:
+			bad("model name %q repeated", m)
+		}
+		seen[m] = true
+	}
+	if c.NumTokens < 0 {
+		bad("num-tokens is %d, want ≥ 0", c.NumTokens)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"token-delay", c.TokenDelay},
+		{"decode-jitter", c.DecodeJitter},
+		{"ttft", c.TTFT},
+		{"ttft-jitter", c.TTFTJitter},
+		{"health-delay", c.HealthDelay},
+	} {
+		if f.d < 0 {
+			bad("%s is %v, want ≥ 0", f.name, f.d)
+		}
+	}
+	if c.PrefillTokensPerSecond < 0 || math.IsNaN(c.PrefillTokensPerSecond) || math.IsInf(c.PrefillTokensPerSecond, 0) {
+		bad("prefill-tokens-per-s is %v, want a finite value ≥ 0", c.PrefillTokensPerSecond)
+	}
+	if c.MaxConcurrentRequests < 0 {
+		bad("max-concurrent-requests is %d, want ≥ 0", c.MaxConcurrentRequests)
+	}
+	switch c.EngineModel {
+	case "", ModelLegacy, ModelBatched:
+	default:
+		bad("engine-model is %q, want legacy or batched", c.EngineModel)
+	}
+	if c.TimeScale < 0 || math.IsNaN(c.TimeScale) || math.IsInf(c.TimeScale, 0) {
+		bad("time-scale is %v, want a finite value ≥ 0", c.TimeScale)
+	}
+	if c.MaxRequestBodyBytes < 0 {
+		bad("max-request-body-bytes is %d, want ≥ 0", c.MaxRequestBodyBytes)
+	}
+	if err := c.Batched.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) legacy() latency.Legacy {
+	return latency.Legacy{
+		TTFT: c.TTFT, TTFTJitter: c.TTFTJitter, TokenDelay: c.TokenDelay, DecodeJitter: c.DecodeJitter,
+		PrefillTokensPerSecond: c.PrefillTokensPerSecond, TimeScale: c.TimeScale, Seed: c.Seed,
+	}
+}

@@ -1,0 +1,31 @@
+// Package mock is Switchyard's mock inference engine: an OpenAI-compatible fasthttp
+// server (chat completions, completions, responses, embeddings, models, health) whose
+// timing comes from the pure models in engines/latency and whose prefix reuse comes from
+// the LRU cache in engines/kvcache. It also serves the NDJSON stats stream
+// (/pylon/v1/stats/stream), /kv-cache/stats, vLLM-named /metrics and fault injection
+// (/test-control).
+//
+// Token counts: input = x-input-tokens when present, else the body estimate: the number
+// of Unicode characters of every message's text content (completions: of the prompt
+// strings, plus one per token ID), at least the number of messages, at least 1 — the
+// reference mock's estimator. Output = x-output-tokens when present (it wins over
+// max_tokens, as in the reference), else min(max_tokens, max_completion_tokens,
+// max_output_tokens, --num-tokens); at least 1.
+//
+// Prefix cache key: x-cache-affinity-key when present (one entry per key, growing to the
+// longest prompt seen), else a chain of xxh3 hashes over the prompt content (role and text
+// of each message) in 64-byte blocks, each hash covering the whole prefix to its block,
+// with the input tokens spread over blocks in proportion to their bytes; reuse stops at
+// the first block not cached. LRU eviction by tokens; the five x-kv-cache-* headers report
+// each request's outcome.
+//
+// Legacy timing (REFERENCE.md §5.3): semaphore → cache lookup → sleep uncached/prefill
+// rate → commit → headers → TTFT + jitter → first token → (token delay + jitter) per later
+// token. Batched timing (§5.4): a driver goroutine advances latency.Batched at each step
+// end and wakes the requests whose tokens are ready; a request goes to the worker that
+// caches most of its prefix, else the least-loaded one.
+//
+// Streaming bodies are io.Readers handed to fasthttp: each Read blocks until the next
+// event is due and returns it, so fasthttp writes and flushes one chunk per event with no
+// extra goroutine per stream. Close releases the concurrency slot and reports the request.
+package mock
