@@ -1,11 +1,20 @@
-// Command gateway is the Switchyard gateway binary.
+// Command gateway is the Switchyard router: an OpenAI-compatible front end that routes
+// each request to the pylon with the best TTFT estimate and streams the response back.
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/switchyard/switchyard/gateway"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -13,19 +22,94 @@ var version = "dev"
 
 type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
+	Config  kong.ConfigFlag  `help:"JSON config file with flag values (keys in snake_case)." placeholder:"FILE" env:"-"`
+
+	HTTPListenAddr               string        `name:"http-listen-addr" help:"Listen address of the OpenAI API, the control endpoint, /metrics, /healthz, /readyz, /v1/models and /debug/state." default:"127.0.0.1:8000"`
+	GatewayID                    string        `name:"gateway-id" help:"Name of this replica in dispatch sequences sent to pylons (default: random)." default:""`
+	LBConfigPath                 string        `name:"lb-config-path" help:"lb-config.json; reloaded on SIGHUP and when the file changes (an invalid new file is rejected and the old one kept). Without it: power-of-n, every algorithm selectable by x-routing-method." default:"" type:"path"`
+	ProxyMaxConnectRetries       int           `name:"proxy-max-connect-retries" help:"Transport-failure retries on another backend of the same cluster." default:"2"`
+	ProxyMaxRequestRetries       int           `name:"proxy-max-request-retries" help:"Retries after a retryable 429/503 from a pylon." default:"2"`
+	ProxyMaxReplayBodyBytes      int           `name:"proxy-max-replay-body-bytes" help:"Largest request body (kept for replay on retries); larger bodies get 413." default:"67108864"`
+	ProxyRequirePylonRetrySignal bool          `name:"proxy-require-pylon-retry-signal" help:"Retry 429/503 only when the pylon sets x-stargate-retryable: true." default:"true" negatable:""`
+	ProxyRetryBudgetHeader       string        `name:"proxy-retry-budget-header" help:"Request header carrying the retry budget in ms from arrival (empty disables)." default:"x-stargate-max-wait-ms"`
+	HealthProbeIntervalMs        int           `name:"health-probe-interval-ms" help:"RTT probe period per backend (GET /health through the data pool)." default:"1000"`
+	HeartbeatMs                  int           `name:"heartbeat-ms" help:"Heartbeat expected from pylons that do not say theirs; a backend expires after 3 missed heartbeats." default:"1000"`
+	ControlToken                 string        `name:"control-token" help:"Bearer token pylons must present on /control/v1/backends (empty = no auth)." default:""`
+	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
+	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
+	UpstreamHeadersTimeout       time.Duration `name:"upstream-headers-timeout" help:"Longest wait for a pylon's response headers." default:"30s"`
+	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
+	LogLevel                     string        `name:"log-level" help:"Log level." enum:"debug,info,warn,error" default:"info"`
 }
 
-var errNotBuilt = errors.New("the gateway runtime is not built yet (see README.md, component status)")
+func (c *cli) Validate() error {
+	var errs []error
+	if c.HealthProbeIntervalMs <= 0 {
+		errs = append(errs, fmt.Errorf("--health-probe-interval-ms %d must be > 0", c.HealthProbeIntervalMs))
+	}
+	if c.HeartbeatMs <= 0 {
+		errs = append(errs, fmt.Errorf("--heartbeat-ms %d must be > 0", c.HeartbeatMs))
+	}
+	if c.ProxyMaxConnectRetries < 0 || c.ProxyMaxRequestRetries < 0 {
+		errs = append(errs, errors.New("--proxy-max-connect-retries and --proxy-max-request-retries must be >= 0"))
+	}
+	if c.ProxyMaxReplayBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--proxy-max-replay-body-bytes %d must be > 0", c.ProxyMaxReplayBodyBytes))
+	}
+	return errors.Join(errs...)
+}
 
-func (*cli) Run() error { return errNotBuilt }
+func retries(n int) int {
+	if n == 0 {
+		return -1 // Config: zero means the default, -1 means none
+	}
+	return n
+}
+
+func (c *cli) Run() error {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg := gateway.Config{
+		ListenAddr: c.HTTPListenAddr, GatewayID: c.GatewayID, LBConfigPath: c.LBConfigPath,
+		MaxConnectRetries: retries(c.ProxyMaxConnectRetries), MaxRequestRetries: retries(c.ProxyMaxRequestRetries),
+		MaxReplayBodyBytes: c.ProxyMaxReplayBodyBytes, NoRequirePylonRetrySig: !c.ProxyRequirePylonRetrySignal,
+		RetryBudgetHeader: c.ProxyRetryBudgetHeader, NoRetryBudgetHeader: c.ProxyRetryBudgetHeader == "",
+		HealthProbeInterval: time.Duration(c.HealthProbeIntervalMs) * time.Millisecond,
+		Heartbeat:           time.Duration(c.HeartbeatMs) * time.Millisecond,
+		ControlToken:        c.ControlToken, MetricsPrefix: c.MetricsPrefix, DrainTimeout: c.DrainTimeout,
+		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed,
+	}
+	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = g.Reload()
+			}
+		}
+	}()
+	return g.Run(ctx)
+}
 
 func main() {
 	var c cli
 	ctx := kong.Parse(&c,
 		kong.Name("gateway"),
-		kong.Description("Switchyard gateway: OpenAI-compatible LLM request router (TTFT-bucketed wait-and-widen, prompt-cache affinity, retries, streaming)."),
+		kong.Description("Switchyard gateway: OpenAI-compatible LLM request router. It estimates TTFT (RTT + queue + prefill) on every candidate engine, waits and widens over TTFT buckets, keeps prompt-cache affinity, honours engine concurrency, retries with exclusions and streams responses back."),
 		kong.UsageOnError(),
 		kong.DefaultEnvars("SWITCHYARD_GATEWAY"),
+		kong.Configuration(kong.JSON),
 		kong.Vars{"version": "gateway " + version},
 	)
 	if err := ctx.Run(); err != nil {

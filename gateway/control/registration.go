@@ -28,6 +28,7 @@ type Registration struct {
 	ID          string           `json:"inference_server_id"`
 	URL         string           `json:"inference_server_url"`
 	ClusterID   string           `json:"cluster_id,omitempty"`
+	RoutingKey  string           `json:"routing_key,omitempty"` // scope of the registration; empty = unscoped
 	HeartbeatMs uint64           `json:"heartbeat_ms,omitempty"`
 	DispatchSeq uint64           `json:"dispatch_seq,omitempty"` // highest x-switchyard-dispatch-seq admitted from the receiving gateway
 	Models      map[string]Model `json:"models"`

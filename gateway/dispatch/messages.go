@@ -1,0 +1,128 @@
+package dispatch
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/lb"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// Target is a routing target: routing key × model.
+type Target struct {
+	RoutingKey string
+	Model      string
+}
+
+// BackendView is one backend's current view for one model, as its backend actor reports
+// it. Values are immutable once sent.
+type BackendView struct {
+	ID        string
+	URL       string
+	ClusterID string
+	// Active is the model's advertised status (ACTIVE).
+	Active bool
+	// RTT is the last health-probe round trip; HasRTT is false until the first probe.
+	RTT    time.Duration
+	HasRTT bool
+	Load   load.Load
+	// SeqEcho is the highest dispatch sequence the backend had admitted from this gateway
+	// when Load was observed: reservations at or below it are covered by Load.
+	SeqEcho uint64
+	// Seq numbers this gateway's dispatches to the backend (shared by every target).
+	Seq *atomic.Uint64
+	// UpdatedAt orders updates for latest-wins aggregation.
+	UpdatedAt time.Time
+}
+
+// Routable reports whether the backend can take requests: ACTIVE with an RTT.
+func (v *BackendView) Routable() bool { return v.Active && v.HasRTT }
+
+// BackendChanged tells a scheduler that a backend's view of its model changed.
+type BackendChanged struct{ View BackendView }
+
+// BackendRemoved tells a scheduler that a backend left (expired, deregistered or stopped
+// serving the model).
+type BackendRemoved struct{ ID string }
+
+// Route asks the scheduler to route a pending request (first attempt or retry).
+type Route struct{ P *Pending }
+
+// Cancel withdraws a parked request (its client went away); the scheduler answers on the
+// request's mailbox with OutcomeCancelled unless it had granted it already.
+type Cancel struct{ P *Pending }
+
+// Release drops the routing reservation of a dispatch that never started on the backend
+// (queue_estimate_mismatch, transport failure).
+type Release struct {
+	BackendID string
+	Seq       uint64
+}
+
+// OutcomeKind classifies a scheduler's answer to a pending request.
+type OutcomeKind uint8
+
+// Outcomes.
+const (
+	OutcomeGranted OutcomeKind = iota + 1
+	OutcomeRejected
+	OutcomeCancelled
+)
+
+// Outcome is the scheduler's answer, delivered on the pending request's mailbox.
+type Outcome struct {
+	Kind OutcomeKind
+	// Granted
+	BackendID       string
+	BackendURL      string
+	ClusterID       string
+	Seq             uint64
+	ExpectedQueueMs uint64
+	HasExpected     bool
+	RankDepth       int
+	KVSkipped       bool
+	// Rejected
+	Status int    // HTTP status
+	Code   string // x-stargate-error-code / error.code
+	Reason string // metric reason
+}
+
+// Pending is one request's routing state: the request's channel-based actor. The handler
+// goroutine owns it between attempts; the scheduler owns it from Route until it answers on
+// Mailbox (exactly once per Route).
+type Pending struct {
+	Arrival time.Time
+	Req     lb.Request
+	Entry   lbconfig.Entry
+	// MaxWait is x-max-wait-ms (capped); HasMaxWait says whether the header was sent.
+	MaxWait    time.Duration
+	HasMaxWait bool
+	// FailedBackends already failed for this request; PreferCluster asks for a sibling
+	// backend of that cluster first (after queue_estimate_mismatch).
+	FailedBackends []string
+	PreferCluster  string
+	// Failures counts failed attempts (for 404 vs 503 classification).
+	Failures int
+	// Mailbox receives exactly one Outcome per Route.
+	Mailbox chan Outcome
+
+	// scheduler-owned
+	heapIndex int
+	wake      time.Time
+	routed    bool // a selection was recorded (routing duration observed once)
+}
+
+// NewPending returns a pending request with a one-slot mailbox.
+func NewPending(arrival time.Time) *Pending {
+	return &Pending{Arrival: arrival, Mailbox: make(chan Outcome, 1), heapIndex: -1}
+}
+
+func (p *Pending) backendFailed(id string) bool {
+	for _, f := range p.FailedBackends {
+		if f == id {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,490 @@
+package dispatch
+
+import (
+	"container/heap"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/lb"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// Timing rules of the routing loop.
+const (
+	// MaxPark is the safety net: no parked request sleeps longer without a re-check.
+	MaxPark = 25 * time.Millisecond
+	// DefaultWaitCap bounds waiting without x-max-wait-ms (and caps the header).
+	DefaultWaitCap = control.MaxWaitMs * time.Millisecond
+	// ReservationTTL drops reservations no report ever covered.
+	ReservationTTL = 30 * time.Second
+)
+
+// Observer receives the scheduler's routing events (metrics); implementations must be
+// cheap and safe for concurrent use.
+type Observer interface {
+	Selected(t Target, algorithm string, rankDepth int, kvSkipped bool, routing time.Duration)
+	Rejected(t Target, reason string)
+	Parked(t Target, delta int)
+}
+
+// Deps are the scheduler's dependencies.
+type Deps struct {
+	Now      func() time.Time
+	Logger   *slog.Logger
+	Observer Observer
+	Seed     uint64
+}
+
+// State is the scheduler's published state for /debug/state.
+type State struct {
+	Target       Target         `json:"-"`
+	Backends     int            `json:"backends"`
+	Candidates   int            `json:"candidates"`
+	Parked       int            `json:"parked"`
+	Reservations map[string]int `json:"reservations"`
+}
+
+type reservation struct {
+	seq      uint64
+	tokens   uint64
+	priority uint32
+	at       time.Time
+}
+
+type backendState struct {
+	view         BackendView
+	reservations []reservation
+}
+
+type clusterInfo struct {
+	backends []string // routable backend ids, sorted
+	next     uint64   // round-robin counter
+}
+
+// Scheduler is the actor of one routing target: it owns the candidate snapshot, the
+// routing reservations, the balancer instances and the parked requests.
+type Scheduler struct {
+	target    Target
+	deps      Deps
+	self      *actor.PID
+	backends  map[string]*backendState
+	clusters  map[string]*clusterInfo
+	snapshot  *lb.Snapshot
+	dirty     bool
+	balancers map[lbconfig.Entry]lb.Balancer
+	rng       *rand.Rand
+	parked    parkHeap
+	alarm     *actors.Alarm
+	reeval    bool
+	state     atomic.Pointer[State]
+}
+
+// reevaluate asks the scheduler to re-try its parked requests (coalesced).
+type reevaluate struct{}
+
+// NewScheduler returns the scheduler of target (spawn it with Props).
+func NewScheduler(target Target, deps Deps) *Scheduler {
+	s := &Scheduler{
+		target:    target,
+		deps:      deps,
+		backends:  map[string]*backendState{},
+		clusters:  map[string]*clusterInfo{},
+		balancers: map[lbconfig.Entry]lb.Balancer{},
+		rng:       rand.New(rand.NewPCG(deps.Seed, hashTarget(target))),
+		dirty:     true,
+	}
+	s.publish()
+	return s
+}
+
+func hashTarget(t Target) uint64 {
+	var h uint64 = 1469598103934665603
+	for _, s := range []string{t.RoutingKey, "\x00", t.Model} {
+		for i := range len(s) {
+			h = (h ^ uint64(s[i])) * 1099511628211
+		}
+	}
+	return h
+}
+
+// Props returns the actor props of s.
+func (s *Scheduler) Props() *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return s })
+}
+
+// State returns the last published state.
+func (s *Scheduler) State() *State { return s.state.Load() }
+
+// Receive implements actor.Actor.
+func (s *Scheduler) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		s.self = c.Self()
+		s.alarm = actors.NewAlarm(c.ActorSystem().Root, s.self)
+	case *actor.Stopping:
+		s.alarm.Stop()
+		s.rejectAll(c)
+	case Route:
+		m.P.Req.Excluded = slices.Clip(m.P.Req.Excluded)
+		s.try(m.P)
+	case Cancel:
+		if m.P.heapIndex >= 0 {
+			heap.Remove(&s.parked, m.P.heapIndex)
+			s.deps.Observer.Parked(s.target, -1)
+			m.P.Mailbox <- Outcome{Kind: OutcomeCancelled}
+		}
+	case BackendChanged:
+		s.applyView(m.View)
+		s.changed(c)
+	case BackendRemoved:
+		if _, ok := s.backends[m.ID]; ok {
+			delete(s.backends, m.ID)
+			s.dirty = true
+			s.changed(c)
+		}
+	case Release:
+		if b, ok := s.backends[m.BackendID]; ok {
+			b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq == m.Seq })
+			s.dirty = true
+			s.changed(c)
+		}
+	case reevaluate:
+		s.reeval = false
+		s.retryParked(false)
+	case actors.Tick:
+		s.alarm.Fired()
+		s.retryParked(true)
+	default:
+	}
+	s.armAlarm()
+	s.publish()
+}
+
+// changed schedules one re-evaluation of the parked requests (event-driven wake-up).
+func (s *Scheduler) changed(c actor.Context) {
+	if len(s.parked) > 0 && !s.reeval {
+		s.reeval = true
+		c.Send(s.self, reevaluate{})
+	}
+}
+
+func (s *Scheduler) applyView(v BackendView) {
+	b, ok := s.backends[v.ID]
+	if !ok {
+		b = &backendState{}
+		s.backends[v.ID] = b
+	}
+	b.view = v
+	b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq <= v.SeqEcho })
+	s.dirty = true
+}
+
+// retryParked re-evaluates parked requests: every one (onlyDue false, after a change) or
+// those whose wake time has come (a timer tick).
+func (s *Scheduler) retryParked(onlyDue bool) {
+	now := s.deps.Now()
+	var batch []*Pending
+	if onlyDue {
+		for len(s.parked) > 0 && !s.parked[0].wake.After(now) {
+			batch = append(batch, heap.Pop(&s.parked).(*Pending))
+		}
+	} else {
+		batch = append(batch, s.parked...)
+		s.parked = s.parked[:0]
+		for _, p := range batch {
+			p.heapIndex = -1
+		}
+		slices.SortFunc(batch, func(a, b *Pending) int { return a.Arrival.Compare(b.Arrival) })
+	}
+	if len(batch) > 0 {
+		s.deps.Observer.Parked(s.target, -len(batch))
+	}
+	for _, p := range batch {
+		s.try(p)
+	}
+}
+
+func (s *Scheduler) armAlarm() {
+	if len(s.parked) == 0 || s.alarm == nil {
+		return
+	}
+	s.alarm.Arm(s.deps.Now(), s.parked[0].wake)
+}
+
+// snap returns the current candidate snapshot, rebuilding it when dirty: routable backends
+// aggregated per cluster (latest-wins from the most recently updated backend), with each
+// cluster's live reservations applied.
+func (s *Scheduler) snap() *lb.Snapshot {
+	if !s.dirty && s.snapshot != nil {
+		return s.snapshot
+	}
+	now := s.deps.Now()
+	byCluster := map[string][]lb.Backend{}
+	latest := map[string]int{}
+	latestAt := map[string]time.Time{}
+	resv := map[string][]reservation{}
+	for _, id := range sortedKeys(s.backends) {
+		b := s.backends[id]
+		b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return now.Sub(r.at) > ReservationTTL })
+		if !b.view.Routable() {
+			continue
+		}
+		c := b.view.ClusterID
+		if at, ok := latestAt[c]; !ok || b.view.UpdatedAt.After(at) {
+			latest[c], latestAt[c] = len(byCluster[c]), b.view.UpdatedAt
+		}
+		byCluster[c] = append(byCluster[c], lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
+		resv[c] = append(resv[c], b.reservations...)
+	}
+	ids := sortedKeys(byCluster)
+	candidates := make([]lb.Candidate, 0, len(ids))
+	clusters := make(map[string]*clusterInfo, len(ids))
+	for _, c := range ids {
+		cand, ok := lb.Aggregate(c, byCluster[c], latest[c])
+		if !ok {
+			continue
+		}
+		for _, r := range resv[c] {
+			cand.Load = cand.Load.Reserve(r.tokens, r.priority)
+		}
+		candidates = append(candidates, cand)
+		info := &clusterInfo{}
+		if old, ok := s.clusters[c]; ok {
+			info.next = old.next
+		}
+		for i := range byCluster[c] {
+			info.backends = append(info.backends, byCluster[c][i].ID)
+		}
+		clusters[c] = info
+	}
+	s.clusters = clusters
+	s.snapshot = lb.NewSnapshot(s.target.RoutingKey, s.target.Model, candidates)
+	s.dirty = false
+	return s.snapshot
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// balancer returns the instance for entry e (per-target state, created on first use).
+func (s *Scheduler) balancer(e lbconfig.Entry) (lb.Balancer, error) {
+	e.Name = ""
+	if b, ok := s.balancers[e]; ok {
+		return b, nil
+	}
+	b, err := lb.New(e, s.rng)
+	if err != nil {
+		return nil, err
+	}
+	s.balancers[e] = b
+	return b, nil
+}
+
+// try runs the routing loop for p once: grant, park or reject (REFERENCE.md §1.14).
+func (s *Scheduler) try(p *Pending) {
+	now := s.deps.Now()
+	elapsed := now.Sub(p.Arrival)
+	bal, err := s.balancer(p.Entry)
+	if err != nil {
+		s.reject(p, Outcome{Status: 500, Code: "invalid_lb_config", Reason: "invalid_lb_config"})
+		return
+	}
+	for {
+		if len(s.backends) == 0 {
+			if p.Failures == 0 {
+				s.reject(p, Outcome{Status: 404, Code: "no_eligible_candidates", Reason: "no_eligible_candidates"})
+			} else {
+				s.reject(p, Outcome{Status: 503, Code: "no_eligible_backend", Reason: "no_eligible_backend"})
+			}
+			return
+		}
+		snap := s.snap()
+		if len(snap.Candidates) > 0 {
+			switch lb.Admit(snap, &p.Req, p.Entry) {
+			case lb.InputWorkLimitExceeded:
+				s.reject(p, Outcome{Status: 503, Code: "input_work_limit_exceeded", Reason: "input_work_limit_exceeded"})
+				return
+			case lb.InputWorkCapacityUnavailable:
+				s.reject(p, Outcome{Status: 503, Code: "input_work_limit_exceeded", Reason: "input_work_capacity_unavailable"})
+				return
+			default:
+			}
+		}
+		if p.PreferCluster != "" {
+			c := p.PreferCluster
+			p.PreferCluster = ""
+			if i := slices.IndexFunc(snap.Candidates, func(cand lb.Candidate) bool { return cand.ClusterID == c }); i >= 0 {
+				if id, ok := s.pickBackend(c, p); ok {
+					s.grant(p, id, &snap.Candidates[i], lb.Selected(i, 1), elapsed)
+					return
+				}
+			}
+			p.Req.Excluded = append(p.Req.Excluded, c)
+		}
+		d := bal.Decide(snap, &p.Req, elapsed)
+		switch d.Kind {
+		case lb.KindSelected:
+			cand := &snap.Candidates[d.Index]
+			id, ok := s.pickBackend(cand.ClusterID, p)
+			if !ok {
+				p.Req.Excluded = append(p.Req.Excluded, cand.ClusterID)
+				continue
+			}
+			s.grant(p, id, cand, d, elapsed)
+			return
+		case lb.KindWait:
+			deadline := p.Arrival.Add(DefaultWaitCap)
+			if p.HasMaxWait {
+				deadline = p.Arrival.Add(p.MaxWait)
+			}
+			if now.Before(deadline) {
+				s.park(p, minTime(now.Add(min(d.Wait, MaxPark)), deadline))
+				return
+			}
+			s.unavailable(p, now, d)
+			return
+		default:
+			s.unavailable(p, now, d)
+			return
+		}
+	}
+}
+
+// unavailable parks p until its x-max-wait-ms deadline when it has one (fresh stats may
+// help), else rejects it with 503.
+func (s *Scheduler) unavailable(p *Pending, now time.Time, d lb.Decision) {
+	if p.HasMaxWait && d.Reason != lb.ReasonAllExcluded {
+		if deadline := p.Arrival.Add(p.MaxWait); now.Before(deadline) {
+			s.park(p, minTime(now.Add(MaxPark), deadline))
+			return
+		}
+	}
+	code, reason := "no_eligible_backend", "routing_unavailable"
+	switch d.Reason {
+	case lb.ReasonNoCapacity:
+		code, reason = "overloaded_error", "routing_capacity_unavailable"
+	case lb.ReasonAllExcluded:
+		reason = "no_eligible_backend"
+	default:
+	}
+	s.reject(p, Outcome{Status: 503, Code: code, Reason: reason})
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// pickBackend chooses a backend of cluster round-robin, skipping backends that failed for p.
+func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
+	info, ok := s.clusters[cluster]
+	if !ok {
+		return "", false
+	}
+	n := uint64(len(info.backends))
+	for k := range n {
+		id := info.backends[(info.next+k)%n]
+		if !p.backendFailed(id) {
+			info.next += k + 1
+			return id, true
+		}
+	}
+	return "", false
+}
+
+func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb.Decision, elapsed time.Duration) {
+	b := s.backends[backendID]
+	out := Outcome{
+		Kind: OutcomeGranted, BackendID: backendID, BackendURL: b.view.URL, ClusterID: cand.ClusterID,
+		RankDepth: d.RankDepth, KVSkipped: d.KVSkipped,
+	}
+	if q := cand.Load.EffectiveQueue(p.Req.Priority); q.IsFinite() {
+		out.ExpectedQueueMs, out.HasExpected = uint64(max(q.Duration().Milliseconds(), 0)), true
+	}
+	if b.view.Seq != nil {
+		out.Seq = b.view.Seq.Add(1)
+	}
+	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: p.Req.InputTokens, priority: p.Req.Priority, at: s.deps.Now()})
+	s.dirty = true
+	routing := time.Duration(-1)
+	if !p.routed {
+		p.routed, routing = true, elapsed
+	}
+	s.deps.Observer.Selected(s.target, p.Entry.Algorithm.String(), d.RankDepth, d.KVSkipped, routing)
+	p.Mailbox <- out
+}
+
+func (s *Scheduler) reject(p *Pending, out Outcome) {
+	out.Kind = OutcomeRejected
+	s.deps.Observer.Rejected(s.target, out.Reason)
+	p.Mailbox <- out
+}
+
+func (s *Scheduler) park(p *Pending, wake time.Time) {
+	p.wake = wake
+	heap.Push(&s.parked, p)
+	s.deps.Observer.Parked(s.target, 1)
+}
+
+// rejectAll answers every parked request when the scheduler stops.
+func (s *Scheduler) rejectAll(actor.Context) {
+	for len(s.parked) > 0 {
+		p := heap.Pop(&s.parked).(*Pending)
+		s.deps.Observer.Parked(s.target, -1)
+		s.reject(p, Outcome{Status: 503, Code: "shutting_down", Reason: "shutting_down"})
+	}
+}
+
+func (s *Scheduler) publish() {
+	st := &State{Target: s.target, Backends: len(s.backends), Parked: len(s.parked), Reservations: map[string]int{}}
+	if s.snapshot != nil {
+		st.Candidates = len(s.snapshot.Candidates)
+	}
+	for id, b := range s.backends {
+		if len(b.reservations) > 0 {
+			st.Reservations[id] = len(b.reservations)
+		}
+	}
+	s.state.Store(st)
+}
+
+// parkHeap orders parked requests by wake time.
+type parkHeap []*Pending
+
+func (h parkHeap) Len() int           { return len(h) }
+func (h parkHeap) Less(i, j int) bool { return h[i].wake.Before(h[j].wake) }
+func (h parkHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex, h[j].heapIndex = i, j
+}
+
+func (h *parkHeap) Push(x any) {
+	p := x.(*Pending)
+	p.heapIndex = len(*h)
+	*h = append(*h, p)
+}
+
+func (h *parkHeap) Pop() any {
+	old := *h
+	n := len(old)
+	p := old[n-1]
+	old[n-1] = nil
+	p.heapIndex = -1
+	*h = old[:n-1]
+	return p
+}

@@ -1,0 +1,186 @@
+package fleet
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+)
+
+// Messages of the backend actor.
+type (
+	registered struct {
+		reg control.Registration
+		at  time.Time
+	}
+	loadReported struct {
+		report control.LoadReport
+		at     time.Time
+	}
+	rttMeasured  struct{ rtt time.Duration }
+	deregistered struct{}
+)
+
+// missedHeartbeats is how many heartbeats a backend may miss before it expires.
+const missedHeartbeats = 3
+
+type modelView struct {
+	status     string
+	generation uint64
+	stats      control.Stats
+	view       dispatch.BackendView
+}
+
+// backendActor owns one backend's state.
+type backendActor struct {
+	fleet    *Fleet
+	b        *Backend
+	models   map[string]*modelView
+	rtt      time.Duration
+	hasRTT   bool
+	lastSeen time.Time
+	deadline time.Time
+	alarm    *actors.Alarm
+	gone     bool
+}
+
+func (a *backendActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		a.alarm = actors.NewAlarm(c.ActorSystem().Root, c.Self())
+	case *actor.Stopping:
+		a.alarm.Stop()
+		a.removeAll()
+	case registered:
+		a.onRegistered(m)
+		a.alarm.Fired()
+		a.alarm.Arm(a.fleet.deps.Now(), a.deadline)
+	case loadReported:
+		a.onLoad(m)
+	case rttMeasured:
+		a.rtt, a.hasRTT = m.rtt, true
+		for name, mv := range a.models {
+			a.notify(name, mv)
+		}
+	case actors.Tick:
+		a.alarm.Fired()
+		if now := a.fleet.deps.Now(); !now.Before(a.deadline) {
+			a.fleet.deps.Logger.Info("backend expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
+			a.expire(c)
+			return
+		}
+		a.alarm.Arm(a.fleet.deps.Now(), a.deadline)
+	case deregistered:
+		a.fleet.deps.Logger.Info("backend deregistered", "backend", a.b.ID)
+		a.expire(c)
+		return
+	default:
+	}
+	a.publish()
+}
+
+func (a *backendActor) expire(c actor.Context) {
+	if a.gone {
+		return
+	}
+	a.gone = true
+	a.removeAll()
+	a.fleet.forget(a.b)
+	c.Stop(c.Self())
+}
+
+func (a *backendActor) removeAll() {
+	for name := range a.models {
+		a.sendRemoved(name)
+	}
+	clear(a.models)
+}
+
+func (a *backendActor) target(model string) dispatch.Target {
+	return dispatch.Target{RoutingKey: a.b.RoutingKey, Model: model}
+}
+
+func (a *backendActor) sendRemoved(model string) {
+	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.BackendRemoved{ID: a.b.ID})
+}
+
+func (a *backendActor) onRegistered(m registered) {
+	hb := time.Duration(min(m.reg.HeartbeatMs, 3_600_000)) * time.Millisecond
+	if hb <= 0 {
+		hb = a.fleet.deps.DefaultHeartbeat
+	}
+	a.lastSeen, a.deadline = m.at, m.at.Add(missedHeartbeats*hb)
+	for name := range a.models {
+		if _, ok := m.reg.Models[name]; !ok {
+			delete(a.models, name)
+			a.sendRemoved(name)
+		}
+	}
+	for name := range m.reg.Models {
+		rm := m.reg.Models[name]
+		l, err := rm.Stats.Load()
+		if err != nil {
+			continue // validated by the control endpoint
+		}
+		mv, ok := a.models[name]
+		if !ok {
+			mv = &modelView{}
+			a.models[name] = mv
+		}
+		mv.status, mv.generation, mv.stats = rm.Status, rm.Generation, rm.Stats
+		mv.view.Load = l
+		mv.view.SeqEcho = max(mv.view.SeqEcho, m.reg.DispatchSeq)
+		mv.view.UpdatedAt = m.at
+		a.notify(name, mv)
+	}
+}
+
+func (a *backendActor) onLoad(m loadReported) {
+	r := &m.report
+	mv, ok := a.models[r.Model]
+	if !ok || (r.Generation != 0 && mv.generation != 0 && r.Generation != mv.generation) {
+		return
+	}
+	if r.DispatchSeq < mv.view.SeqEcho || r.Load.ObservedAtUnixMilli < mv.view.Load.ObservedAtUnixMilli {
+		return // an older report overtaken by a newer one
+	}
+	l := &mv.view.Load
+	l.QueueSize, l.QueuedInputTokens, l.RunningRequests = r.Load.QueueSize, r.Load.QueuedInputTokens, r.Load.RunningRequests
+	l.MaxEngineConcurrency, l.InputTPS, l.ObservedAtUnixMilli = r.Load.MaxEngineConcurrency, r.Load.InputTPS, r.Load.ObservedAtUnixMilli
+	l.QueueEstimates = r.Load.QueueEstimates
+	mv.view.SeqEcho = r.DispatchSeq
+	mv.view.UpdatedAt = m.at
+	a.notify(r.Model, mv)
+}
+
+func (a *backendActor) notify(model string, mv *modelView) {
+	v := mv.view
+	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
+	v.Active = mv.status == control.StatusActive
+	v.RTT, v.HasRTT = a.rtt, a.hasRTT
+	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.BackendChanged{View: v})
+}
+
+func (a *backendActor) publish() {
+	now := a.fleet.deps.Now()
+	s := &State{
+		ID: a.b.ID, URL: a.b.URL, ClusterID: a.b.ClusterID, RoutingKey: a.b.RoutingKey,
+		RTTMs: float64(a.rtt) / float64(time.Millisecond), HasRTT: a.hasRTT, LastSeen: a.lastSeen,
+		Models: make(map[string]*ModelState, len(a.models)),
+	}
+	for name, mv := range a.models {
+		st := control.StatsFromLoad(&mv.view.Load)
+		st.OutputTPS, st.MaxOutputTPS = mv.stats.OutputTPS, mv.stats.MaxOutputTPS
+		s.Models[name] = &ModelState{
+			Status: mv.status, Generation: mv.generation, SeqEcho: mv.view.SeqEcho, Stats: st,
+			StatsAgeMs: now.Sub(mv.view.UpdatedAt).Milliseconds(),
+		}
+		if mv.status == control.StatusActive && a.hasRTT {
+			s.Routable = true
+		}
+	}
+	a.b.state.Store(s)
+}

@@ -1,0 +1,231 @@
+// Package fleet holds the gateway's backend actors: one protoactor actor per registered
+// pylon, owning its latest registration, per-model stats, RTT and liveness deadline, and
+// telling the schedulers of its models whenever anything changes. The Fleet registry is
+// the control endpoint's entry point and owns each backend's data-path client and prober.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+)
+
+// ErrConflict means a live registration tried to change its id, URL, cluster or routing key.
+var ErrConflict = errors.New("registration conflicts with the live registration")
+
+// Deps are the fleet's dependencies.
+type Deps struct {
+	Now    func() time.Time
+	Logger *slog.Logger
+	System *actor.ActorSystem
+	// Schedulers maps routing targets to scheduler actors.
+	Schedulers *dispatch.Directory
+	// NewClient builds the data-path client of a backend URL.
+	NewClient func(u *url.URL) *fasthttp.HostClient
+	// Probe measures one round trip to a backend through its data-path client; nil
+	// disables probing (tests report RTTs themselves).
+	Probe func(ctx context.Context, c *fasthttp.HostClient, backendID string) (time.Duration, error)
+	// ProbeInterval is the RTT probe period.
+	ProbeInterval time.Duration
+	// DefaultHeartbeat applies when a registration does not say its heartbeat.
+	DefaultHeartbeat time.Duration
+	// OnExpired is called (from the actor) when a backend expires or deregisters.
+	OnExpired func(id string)
+}
+
+// Fleet is the registry of backends. Safe for concurrent use.
+type Fleet struct {
+	deps     Deps
+	mu       sync.Mutex
+	backends map[string]*Backend
+	wg       sync.WaitGroup
+}
+
+// Backend is one registered backend: identity, data-path client and actor.
+type Backend struct {
+	ID         string
+	URL        string
+	ClusterID  string
+	RoutingKey string
+	Client     *fasthttp.HostClient
+	seq        atomic.Uint64
+	pid        *actor.PID
+	state      atomic.Pointer[State]
+	cancel     context.CancelFunc
+}
+
+// State is a backend's published state (for /debug/state).
+type State struct {
+	ID         string                 `json:"id"`
+	URL        string                 `json:"url"`
+	ClusterID  string                 `json:"cluster_id"`
+	RoutingKey string                 `json:"routing_key"`
+	RTTMs      float64                `json:"rtt_ms"`
+	HasRTT     bool                   `json:"has_rtt"`
+	Routable   bool                   `json:"routable"`
+	LastSeen   time.Time              `json:"last_registration"`
+	Models     map[string]*ModelState `json:"models"`
+}
+
+// ModelState is one model of a backend in State.
+type ModelState struct {
+	Status     string        `json:"status"`
+	Generation uint64        `json:"generation"`
+	StatsAgeMs int64         `json:"stats_age_ms"`
+	SeqEcho    uint64        `json:"dispatch_seq_echo"`
+	Stats      control.Stats `json:"stats"`
+}
+
+// New returns an empty fleet.
+func New(deps Deps) *Fleet {
+	return &Fleet{deps: deps, backends: map[string]*Backend{}}
+}
+
+// Register applies a registration snapshot: it creates the backend (actor, client,
+// prober) on first sight and forwards later snapshots to its actor. A live backend may not
+// change its URL, cluster or routing key (ErrConflict).
+func (f *Fleet) Register(reg control.Registration) error {
+	f.mu.Lock()
+	b, ok := f.backends[reg.ID]
+	if ok {
+		f.mu.Unlock()
+		if b.URL != reg.URL || b.ClusterID != reg.ClusterID || b.RoutingKey != reg.RoutingKey {
+			return fmt.Errorf("%w: backend %s is live with url %s, cluster %s, routing key %q", ErrConflict, b.ID, b.URL, b.ClusterID, b.RoutingKey)
+		}
+		f.deps.System.Root.Send(b.pid, registered{reg: reg, at: f.deps.Now()})
+		return nil
+	}
+	u, err := url.Parse(reg.URL)
+	if err != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("backend %s: %w", reg.ID, err)
+	}
+	b = &Backend{ID: reg.ID, URL: reg.URL, ClusterID: reg.ClusterID, RoutingKey: reg.RoutingKey, Client: f.deps.NewClient(u)}
+	a := &backendActor{fleet: f, b: b, models: map[string]*modelView{}}
+	b.pid = f.deps.System.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	f.backends[reg.ID] = b
+	var ctx context.Context
+	ctx, b.cancel = context.WithCancel(context.Background())
+	f.mu.Unlock()
+	f.deps.System.Root.Send(b.pid, registered{reg: reg, at: f.deps.Now()})
+	if f.deps.Probe != nil {
+		f.wg.Add(1)
+		go f.probeLoop(ctx, b)
+	}
+	return nil
+}
+
+// Deregister removes a backend at once (clean pylon shutdown). It reports whether the
+// backend was known.
+func (f *Fleet) Deregister(id string) bool {
+	b := f.Get(id)
+	if b == nil {
+		return false
+	}
+	f.deps.System.Root.Send(b.pid, deregistered{})
+	return true
+}
+
+// Get returns the live backend id, or nil.
+func (f *Fleet) Get(id string) *Backend {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backends[id]
+}
+
+// ReportLoad hands a response's x-pylon-load report to the backend's actor.
+func (f *Fleet) ReportLoad(id string, r control.LoadReport) {
+	if b := f.Get(id); b != nil {
+		f.deps.System.Root.Send(b.pid, loadReported{report: r, at: f.deps.Now()})
+	}
+}
+
+// ReportRTT hands a measured round trip to the backend's actor.
+func (f *Fleet) ReportRTT(id string, rtt time.Duration) {
+	if b := f.Get(id); b != nil {
+		f.deps.System.Root.Send(b.pid, rttMeasured{rtt: rtt})
+	}
+}
+
+// States returns the published state of every backend, sorted by id.
+func (f *Fleet) States() []*State {
+	f.mu.Lock()
+	out := make([]*State, 0, len(f.backends))
+	for _, b := range f.backends {
+		if s := b.state.Load(); s != nil {
+			out = append(out, s)
+		}
+	}
+	f.mu.Unlock()
+	slices.SortFunc(out, func(a, b *State) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stop stops every backend actor and prober and waits for the probers.
+func (f *Fleet) Stop() {
+	f.mu.Lock()
+	bs := make([]*Backend, 0, len(f.backends))
+	for _, b := range f.backends {
+		bs = append(bs, b)
+	}
+	f.backends = map[string]*Backend{}
+	f.mu.Unlock()
+	for _, b := range bs {
+		b.cancel()
+		_ = f.deps.System.Root.StopFuture(b.pid).Wait()
+		b.Client.CloseIdleConnections()
+	}
+	f.wg.Wait()
+}
+
+// forget drops an expired backend from the registry.
+func (f *Fleet) forget(b *Backend) {
+	f.mu.Lock()
+	if f.backends[b.ID] == b {
+		delete(f.backends, b.ID)
+	}
+	f.mu.Unlock()
+	b.cancel()
+	b.Client.CloseIdleConnections()
+	if f.deps.OnExpired != nil {
+		f.deps.OnExpired(b.ID)
+	}
+}
+
+func (f *Fleet) probeLoop(ctx context.Context, b *Backend) {
+	defer f.wg.Done()
+	t := time.NewTicker(f.deps.ProbeInterval)
+	defer t.Stop()
+	for {
+		if rtt, err := f.deps.Probe(ctx, b.Client, b.ID); err == nil {
+			f.ReportRTT(b.ID, rtt)
+		} else if ctx.Err() == nil {
+			f.deps.Logger.Debug("health probe failed", "backend", b.ID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

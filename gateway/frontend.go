@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/fleet"
+)
+
+// handle is the server's only handler: it dispatches by path and recovers panics.
+func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.log.Error("handler panic", "panic", fmt.Sprint(r), "path", string(ctx.Path()))
+			writeError(ctx, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	path := string(ctx.Path())
+	switch {
+	case path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses" || path == "/v1/embeddings":
+		if !ctx.IsPost() {
+			writeError(ctx, fmt.Errorf("%w: %s needs POST", ErrMethod, path))
+			return
+		}
+		g.handleInference(ctx)
+	case strings.HasPrefix(path, control.RegistrationPath):
+		g.handleControl(ctx, strings.TrimPrefix(path, control.RegistrationPath))
+	case path == "/v1/models":
+		g.handleModels(ctx)
+	case path == "/healthz":
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case path == "/readyz":
+		ctx.SetContentType("application/json")
+		if g.draining.Load() {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString(`{"status":"draining"}`)
+			return
+		}
+		ctx.SetBodyString(`{"status":"ready"}`)
+	case path == "/metrics":
+		ctx.SetContentType("text/plain; version=0.0.4")
+		g.metrics.write(ctx)
+		g.writeFleetMetrics(ctx)
+	case path == "/debug/state":
+		g.handleDebugState(ctx)
+	default:
+		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, path))
+	}
+}
+
+// handleControl serves PUT/DELETE /control/v1/backends/{id}.
+func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
+	if !g.authorized(ctx) {
+		g.metrics.inc(mRegistrations, "result", "unauthorized")
+		writeError(ctx, fmt.Errorf("%w: a valid bearer token is required", ErrUnauthorized))
+		return
+	}
+	if id == "" || strings.Contains(id, "/") {
+		writeError(ctx, fmt.Errorf("%w: backend id missing in the path", ErrNotFound))
+		return
+	}
+	switch {
+	case ctx.IsPut():
+		reg, err := control.ParseRegistration(id, ctx.PostBody())
+		if err != nil {
+			g.metrics.inc(mRegistrations, "result", "invalid")
+			writeError(ctx, fmt.Errorf("%w: %w", ErrBadRequest, err))
+			return
+		}
+		if err := g.fleet.Register(reg); err != nil {
+			g.metrics.inc(mRegistrations, "result", "conflict")
+			writeError(ctx, fmt.Errorf("%w: %w", ErrConflict, err))
+			return
+		}
+		g.metrics.inc(mRegistrations, "result", "accepted")
+		b, _ := json.Marshal(control.RegistrationAck{GatewayID: g.cfg.GatewayID, HeartbeatMs: uint64(max(g.cfg.Heartbeat.Milliseconds(), 0))})
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+	case ctx.IsDelete():
+		if !g.fleet.Deregister(id) {
+			writeError(ctx, fmt.Errorf("%w: backend %s is not registered", ErrNotFound, id))
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+	default:
+		writeError(ctx, fmt.Errorf("%w: use PUT or DELETE", ErrMethod))
+	}
+}
+
+func (g *Gateway) authorized(ctx *fasthttp.RequestCtx) bool {
+	if g.cfg.ControlToken == "" {
+		return true
+	}
+	got := ctx.Request.Header.Peek("Authorization")
+	want := "Bearer " + g.cfg.ControlToken
+	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
+}
+
+type modelList struct {
+	Object string       `json:"object"`
+	Data   []modelEntry `json:"data"`
+}
+
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// activeModels lists the models with at least one routable backend, sorted.
+func (g *Gateway) activeModels() []string {
+	seen := map[string]bool{}
+	for _, b := range g.fleet.States() {
+		if !b.HasRTT {
+			continue
+		}
+		for name := range b.Models {
+			m := b.Models[name]
+			if m.Status == control.StatusActive {
+				seen[name] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for m := range seen {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// handleModels serves GET /v1/models[?model_ids=a&model_ids=b].
+func (g *Gateway) handleModels(ctx *fasthttp.RequestCtx) {
+	ids := ctx.QueryArgs().PeekMulti("model_ids")
+	filter := make([]string, 0, len(ids))
+	for _, v := range ids {
+		filter = append(filter, string(v))
+	}
+	list := modelList{Object: "list", Data: []modelEntry{}}
+	for _, m := range g.activeModels() {
+		if len(filter) == 0 || slices.Contains(filter, m) {
+			list.Data = append(list.Data, modelEntry{ID: m, Object: "model", OwnedBy: "switchyard"})
+		}
+	}
+	b, _ := json.Marshal(list)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+type debugState struct {
+	GatewayID    string         `json:"gateway_id"`
+	Draining     bool           `json:"draining"`
+	LBConfigPath string         `json:"lb_config_path"`
+	Backends     []*fleet.State `json:"backends"`
+	Targets      []debugTarget  `json:"targets"`
+}
+
+type debugTarget struct {
+	RoutingKey string `json:"routing_key"`
+	Model      string `json:"model"`
+	*dispatch.State
+}
+
+func (g *Gateway) handleDebugState(ctx *fasthttp.RequestCtx) {
+	st := debugState{GatewayID: g.cfg.GatewayID, Draining: g.draining.Load(), LBConfigPath: g.cfg.LBConfigPath, Backends: g.fleet.States()}
+	for _, s := range g.dir.States() {
+		st.Targets = append(st.Targets, debugTarget{RoutingKey: s.Target.RoutingKey, Model: s.Target.Model, State: s})
+	}
+	slices.SortFunc(st.Targets, func(a, b debugTarget) int {
+		return strings.Compare(a.RoutingKey+"\x00"+a.Model, b.RoutingKey+"\x00"+b.Model)
+	})
+	b, _ := json.MarshalIndent(st, "", "  ")
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// writeFleetMetrics writes gauges computed at scrape time: routable backends per target.
+func (g *Gateway) writeFleetMetrics(ctx *fasthttp.RequestCtx) {
+	counts := map[dispatch.Target]int{}
+	for _, b := range g.fleet.States() {
+		for name := range b.Models {
+			m := b.Models[name]
+			t := dispatch.Target{RoutingKey: b.RoutingKey, Model: name}
+			if m.Status == control.StatusActive && b.HasRTT {
+				counts[t]++
+			} else if _, ok := counts[t]; !ok {
+				counts[t] = 0
+			}
+		}
+	}
+	for t, n := range counts {
+		fmt.Fprintf(ctx, "%s %d\n", g.metrics.series(mActiveBackends, "routing_key", t.RoutingKey, "model", t.Model), n)
+	}
+}

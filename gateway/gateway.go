@@ -1,0 +1,333 @@
+// Package gateway is the Switchyard router: the OpenAI-compatible front end, the control
+// endpoint where pylons register, and the streaming proxy with retries. Routing decisions
+// live in the pure packages lb, lbconfig and engines/load; backend and scheduler actors in
+// fleet and dispatch.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// Defaults of Config (a zero field means the default).
+const (
+	DefaultListenAddr          = "127.0.0.1:8000"
+	DefaultMaxConnectRetries   = 2
+	DefaultMaxRequestRetries   = 2
+	DefaultMaxReplayBodyBytes  = 64 << 20
+	DefaultRetryBudgetHeader   = "x-stargate-max-wait-ms"
+	DefaultHealthProbeInterval = time.Second
+	DefaultHeartbeat           = time.Second
+	DefaultMetricsPrefix       = "switchyard_"
+	DefaultDrainTimeout        = 30 * time.Second
+	DefaultProbeTimeout        = 2 * time.Second
+	DefaultHeadersTimeout      = 30 * time.Second
+	DefaultReloadPoll          = time.Second
+)
+
+// Config is the gateway's configuration. Zero fields take the defaults above; negative
+// retry counts mean "no retries" only when set through NoRetries.
+type Config struct {
+	ListenAddr string
+	// GatewayID names this replica to pylons (dispatch sequences); default random.
+	GatewayID              string
+	LBConfigPath           string
+	MaxConnectRetries      int
+	MaxRequestRetries      int
+	MaxReplayBodyBytes     int
+	RequirePylonRetrySig   bool
+	NoRequirePylonRetrySig bool
+	RetryBudgetHeader      string
+	NoRetryBudgetHeader    bool
+	HealthProbeInterval    time.Duration
+	Heartbeat              time.Duration
+	ControlToken           string
+	MetricsPrefix          string
+	DrainTimeout           time.Duration
+	ProbeTimeout           time.Duration
+	// HeadersTimeout bounds the wait for an upstream's response headers.
+	HeadersTimeout time.Duration
+	// ReloadPoll is how often the lb-config file is checked for changes (0 = default).
+	ReloadPoll time.Duration
+	Seed       uint64
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	set := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if out.ListenAddr == "" {
+		out.ListenAddr = DefaultListenAddr
+	}
+	if out.MaxConnectRetries == 0 {
+		out.MaxConnectRetries = DefaultMaxConnectRetries
+	}
+	if out.MaxRequestRetries == 0 {
+		out.MaxRequestRetries = DefaultMaxRequestRetries
+	}
+	if out.MaxReplayBodyBytes == 0 {
+		out.MaxReplayBodyBytes = DefaultMaxReplayBodyBytes
+	}
+	out.RequirePylonRetrySig = !out.NoRequirePylonRetrySig
+	if out.RetryBudgetHeader == "" && !out.NoRetryBudgetHeader {
+		out.RetryBudgetHeader = DefaultRetryBudgetHeader
+	}
+	set(&out.HealthProbeInterval, DefaultHealthProbeInterval)
+	set(&out.Heartbeat, DefaultHeartbeat)
+	set(&out.DrainTimeout, DefaultDrainTimeout)
+	set(&out.ProbeTimeout, DefaultProbeTimeout)
+	set(&out.HeadersTimeout, DefaultHeadersTimeout)
+	set(&out.ReloadPoll, DefaultReloadPoll)
+	if out.MetricsPrefix == "" {
+		out.MetricsPrefix = DefaultMetricsPrefix
+	}
+	if out.GatewayID == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		out.GatewayID = "gw-" + hex.EncodeToString(b[:])
+	}
+	return out
+}
+
+// Validate returns one precise message per bad field.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.MaxConnectRetries < -1 {
+		errs = append(errs, fmt.Errorf("proxy-max-connect-retries %d must be >= 0", c.MaxConnectRetries))
+	}
+	if c.MaxRequestRetries < -1 {
+		errs = append(errs, fmt.Errorf("proxy-max-request-retries %d must be >= 0", c.MaxRequestRetries))
+	}
+	if c.MaxReplayBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("proxy-max-replay-body-bytes %d must be > 0", c.MaxReplayBodyBytes))
+	}
+	if c.HealthProbeInterval < 0 {
+		errs = append(errs, fmt.Errorf("health-probe-interval %v must be > 0", c.HealthProbeInterval))
+	}
+	if c.MetricsPrefix != "" && !validMetricPrefix(c.MetricsPrefix) {
+		errs = append(errs, fmt.Errorf("metrics-prefix %q must match [a-zA-Z_][a-zA-Z0-9_]*", c.MetricsPrefix))
+	}
+	return errors.Join(errs...)
+}
+
+func validMetricPrefix(p string) bool {
+	for i, r := range p {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Deps are the gateway's dependencies.
+type Deps struct {
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Gateway is one router instance.
+type Gateway struct {
+	cfg      Config
+	deps     Deps
+	log      *slog.Logger
+	sys      *actor.ActorSystem
+	dir      *dispatch.Directory
+	fleet    *fleet.Fleet
+	lbcfg    atomic.Pointer[lbconfig.Config]
+	lbMtime  time.Time
+	metrics  *gatewayMetrics
+	server   *fasthttp.Server
+	draining atomic.Bool
+	idSeq    atomic.Uint64
+	idPrefix string
+}
+
+// New builds a gateway; it loads the lb-config file when one is configured.
+func New(cfg Config, deps Deps) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{cfg: cfg, deps: deps, log: deps.Logger.With("component", "gateway"), metrics: newMetrics(cfg.MetricsPrefix)}
+	g.idPrefix = cfg.GatewayID + "-"
+	lc := lbconfig.Default()
+	if cfg.LBConfigPath != "" {
+		c, err := lbconfig.Load(cfg.LBConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		lc = c
+		if st, err := os.Stat(cfg.LBConfigPath); err == nil {
+			g.lbMtime = st.ModTime()
+		}
+	}
+	g.lbcfg.Store(lc)
+	g.sys = actors.NewSystem(deps.Logger)
+	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed})
+	g.fleet = fleet.New(fleet.Deps{
+		Now: deps.Now, Logger: g.log, System: g.sys, Schedulers: g.dir,
+		NewClient: g.newClient, Probe: g.probe, ProbeInterval: cfg.HealthProbeInterval,
+		DefaultHeartbeat: cfg.Heartbeat,
+		OnExpired:        func(string) { g.metrics.inc(mBackendsExpired) },
+	})
+	g.server = &fasthttp.Server{
+		Handler:               g.handle,
+		Name:                  "switchyard-gateway",
+		MaxRequestBodySize:    cfg.MaxReplayBodyBytes,
+		ReadBufferSize:        16 << 10,
+		NoDefaultServerHeader: true,
+		ErrorHandler:          g.serverError,
+		CloseOnShutdown:       true,
+		Logger:                slogPrinter{g.log},
+	}
+	return g, nil
+}
+
+type slogPrinter struct{ l *slog.Logger }
+
+func (p slogPrinter) Printf(format string, args ...any) {
+	p.l.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
+}
+
+// serverError answers requests fasthttp rejects before the handler (oversize bodies,
+// malformed requests) with our JSON errors.
+func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, fmt.Errorf("%w: the body exceeds the replay limit of %d bytes", ErrTooLarge, g.cfg.MaxReplayBodyBytes))
+		return
+	}
+	writeError(ctx, fmt.Errorf("%w: %w", ErrBadRequest, err))
+}
+
+// Config returns the effective configuration.
+func (g *Gateway) Config() Config { return g.cfg }
+
+// newClient builds the keep-alive pool of one backend.
+func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr:                          u.Host,
+		IsTLS:                         u.Scheme == "https",
+		Name:                          "switchyard-gateway",
+		NoDefaultUserAgentHeader:      true,
+		MaxConns:                      8192,
+		MaxConnWaitTimeout:            5 * time.Second,
+		MaxIdleConnDuration:           30 * time.Second,
+		DisableHeaderNamesNormalizing: false,
+		DisablePathNormalizing:        true,
+		ReadBufferSize:                16 << 10,
+		ConnPoolStrategy:              fasthttp.LIFO,
+	}
+}
+
+// Serve serves on ln until Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error { return g.server.Serve(ln) }
+
+// Run listens on the configured address and serves until ctx is done, then shuts down
+// gracefully: /readyz turns 503, in-flight requests and streams drain up to DrainTimeout.
+func (g *Gateway) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", g.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", g.cfg.ListenAddr, err)
+	}
+	g.log.Info("gateway listening", "addr", ln.Addr().String(), "gateway_id", g.cfg.GatewayID)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(ln) }()
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	defer stopReload()
+	if g.cfg.LBConfigPath != "" {
+		go g.watchLBConfig(reloadCtx)
+	}
+	select {
+	case err := <-errc:
+		g.Close()
+		return err
+	case <-ctx.Done():
+	}
+	g.Shutdown()
+	return <-errc
+}
+
+// Shutdown drains: readiness off, stop accepting, wait for in-flight requests up to
+// DrainTimeout, then stop the actors.
+func (g *Gateway) Shutdown() {
+	g.draining.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
+	defer cancel()
+	_ = g.server.ShutdownWithContext(sctx)
+	g.Close()
+}
+
+// Close stops the actors and probers (after the server stopped).
+func (g *Gateway) Close() {
+	g.fleet.Stop()
+	g.dir.Stop()
+	g.sys.Shutdown()
+}
+
+// Reload re-reads the lb-config file; an invalid file keeps the current configuration.
+func (g *Gateway) Reload() error {
+	if g.cfg.LBConfigPath == "" {
+		return nil
+	}
+	c, err := lbconfig.Load(g.cfg.LBConfigPath)
+	if err != nil {
+		g.metrics.inc(mLBConfigReloads, "result", "rejected")
+		g.log.Error("lb config reload rejected; keeping the current config", "path", g.cfg.LBConfigPath, "err", err)
+		return err
+	}
+	g.lbcfg.Store(c)
+	g.metrics.inc(mLBConfigReloads, "result", "applied")
+	g.log.Info("lb config reloaded", "path", g.cfg.LBConfigPath)
+	return nil
+}
+
+func (g *Gateway) watchLBConfig(ctx context.Context) {
+	t := time.NewTicker(g.cfg.ReloadPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := os.Stat(g.cfg.LBConfigPath)
+		if err != nil || st.ModTime().Equal(g.lbMtime) {
+			continue
+		}
+		g.lbMtime = st.ModTime()
+		_ = g.Reload()
+	}
+}
+
+// newRequestID generates an x-request-id for clients that send none.
+func (g *Gateway) newRequestID() string {
+	return g.idPrefix + strconv.FormatUint(g.idSeq.Add(1), 10)
+}

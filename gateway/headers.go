@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// routing is the parsed routing contract of one request (REFERENCE.md §3.2, DESIGN.md §5.1).
+type routing struct {
+	requestID      string
+	model          string
+	inputTokens    uint64
+	estimated      bool // inputTokens estimated from the body
+	routingKey     string
+	method         string
+	hasMethod      bool
+	affinityKey    string
+	priority       uint32
+	slo            time.Duration
+	maxWait        time.Duration
+	hasMaxWait     bool
+	budget         time.Duration
+	hasBudget      bool
+	requestIDIsNew bool
+}
+
+// openAIBody is the part of an OpenAI request body the gateway reads when headers are absent.
+type openAIBody struct {
+	Model    string          `json:"model"`
+	Messages []openAIMessage `json:"messages"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Input    json.RawMessage `json:"input"`
+}
+
+type openAIMessage struct {
+	Content json.RawMessage `json:"content"`
+}
+
+// estimateTokens is the documented estimator for requests without x-input-tokens: the
+// bytes of the prompt text (message contents, prompt or input, JSON string escapes
+// included) divided by 4, rounded up, at least 1.
+func estimateTokens(b *openAIBody) uint64 {
+	n := len(b.Prompt) + len(b.Input)
+	for _, m := range b.Messages {
+		n += len(m.Content)
+	}
+	return uint64(max((n+3)/4, 1))
+}
+
+func headerString(h *fasthttp.RequestHeader, name string) (string, bool, error) {
+	v := h.Peek(name)
+	if v == nil {
+		return "", false, nil
+	}
+	if !utf8.Valid(v) {
+		return "", true, fmt.Errorf("%w: header %s is not valid UTF-8", ErrBadRequest, name)
+	}
+	return string(v), true, nil
+}
+
+func headerUint(h *fasthttp.RequestHeader, name string, bits int) (uint64, bool, error) {
+	v := h.Peek(name)
+	if v == nil {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, bits)
+	if err != nil {
+		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %q", ErrBadRequest, name, v)
+	}
+	return n, true, nil
+}
+
+// parseRouting validates the routing headers of a request and fills what a plain OpenAI
+// client leaves out: x-model from the body's model, x-input-tokens from the estimator, a
+// generated x-request-id. budgetHeader is the retry-budget header name ("" disables it).
+func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, newID func() string) (routing, error) {
+	var r routing
+	var err error
+	var ok bool
+	if r.requestID, ok, err = headerString(h, control.HeaderRequestID); err != nil {
+		return r, err
+	}
+	if strings.TrimSpace(r.requestID) == "" {
+		if ok {
+			return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, control.HeaderRequestID)
+		}
+		r.requestID, r.requestIDIsNew = newID(), true
+	}
+	if r.model, ok, err = headerString(h, control.HeaderModel); err != nil {
+		return r, err
+	}
+	if ok && strings.TrimSpace(r.model) == "" {
+		return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, control.HeaderModel)
+	}
+	var tokOK bool
+	if r.inputTokens, tokOK, err = headerUint(h, control.HeaderInputTokens, 64); err != nil {
+		return r, err
+	}
+	if r.model == "" || !tokOK {
+		var b openAIBody
+		if err := json.Unmarshal(body, &b); err != nil {
+			return r, fmt.Errorf("%w: body is not a JSON object (%w) and the routing headers are missing", ErrBadRequest, err)
+		}
+		if r.model == "" {
+			if strings.TrimSpace(b.Model) == "" {
+				return r, fmt.Errorf("%w: no model: set the body's \"model\" or the %s header", ErrBadRequest, control.HeaderModel)
+			}
+			r.model = b.Model
+		}
+		if !tokOK {
+			r.inputTokens, r.estimated = estimateTokens(&b), true
+		}
+	}
+	if r.routingKey, _, err = headerString(h, control.HeaderRoutingKey); err != nil {
+		return r, err
+	}
+	r.routingKey = strings.TrimSpace(r.routingKey)
+	if r.method, r.hasMethod, err = headerString(h, control.HeaderRoutingMethod); err != nil {
+		return r, err
+	}
+	if r.affinityKey, _, err = headerString(h, control.HeaderCacheAffinityKey); err != nil {
+		return r, err
+	}
+	if strings.TrimSpace(r.affinityKey) == "" {
+		r.affinityKey = ""
+	}
+	p, _, err := headerUint(h, control.HeaderPriority, 32)
+	if err != nil {
+		return r, err
+	}
+	r.priority = uint32(p) //nolint:gosec // parsed with bitSize 32
+	slo, _, err := headerUint(h, control.HeaderRequestSLOMs, 63)
+	if err != nil {
+		return r, err
+	}
+	r.slo = time.Duration(min(slo, uint64(time.Duration(1<<62)/time.Millisecond))) * time.Millisecond
+	mw, hasMW, err := headerUint(h, control.HeaderMaxWaitMs, 64)
+	if err != nil {
+		return r, err
+	}
+	r.maxWait, r.hasMaxWait = time.Duration(min(mw, control.MaxWaitMs))*time.Millisecond, hasMW
+	if budgetHeader != "" {
+		b, hasB, err := headerUint(h, budgetHeader, 64)
+		if err != nil {
+			return r, err
+		}
+		r.budget, r.hasBudget = time.Duration(min(b, 24*3600*1000))*time.Millisecond, hasB
+	}
+	return r, nil
+}

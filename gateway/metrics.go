@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"io"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/switchyard/switchyard/gateway/dispatch"
+)
+
+// Metric names (without the configurable prefix), REFERENCE.md §7.1 plus ours.
+const (
+	mRequests         = "requests_total"
+	mAttempts         = "proxy_attempts_total"
+	mRetries          = "proxy_retries_total"
+	mRetryExhausted   = "proxy_retry_exhausted_total"
+	mSelections       = "routing_selections_total"
+	mKVFallback       = "routing_kv_free_token_fallback_selections_total"
+	mAdmission        = "admission_rejections_total"
+	mRoutingRejects   = "routing_rejections_total"
+	mProxyDuration    = "proxy_duration_seconds"
+	mRoutingDuration  = "routing_duration_seconds"
+	mOverhead         = "gateway_overhead_seconds"
+	mReplayBytes      = "proxy_replay_buffer_bytes"
+	mParked           = "parked_requests"
+	mActiveBackends   = "active_inference_servers"
+	mRegistrations    = "registrations_total"
+	mLBConfigReloads  = "lb_config_reloads_total"
+	mLoadReports      = "load_reports_total"
+	mClientCancelled  = "client_cancelled_total"
+	mBackendsExpired  = "backends_expired_total"
+	mInflightRequests = "inflight_requests"
+)
+
+var (
+	proxyBuckets   = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	routingBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60}
+	overheadBucket = metrics.ExponentialBuckets(1e-6, 2, 20)
+	replayBuckets  = []float64{0, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
+)
+
+// gatewayMetrics is one gateway instance's metric set. Series with request-derived labels
+// (model, routing key) are created on first use; labels stay bounded by the registered
+// fleet (models and backends), never request ids or keys.
+type gatewayMetrics struct {
+	set    *metrics.Set
+	prefix string
+	parked *metrics.Gauge
+	infl   *metrics.Gauge
+}
+
+func newMetrics(prefix string) *gatewayMetrics {
+	m := &gatewayMetrics{set: metrics.NewSet(), prefix: prefix}
+	m.parked = m.set.NewGauge(prefix+mParked, nil)
+	m.infl = m.set.NewGauge(prefix+mInflightRequests, nil)
+	return m
+}
+
+// escape makes a label value safe inside a Prometheus series name.
+func escape(v string) string {
+	if !strings.ContainsAny(v, "\"\\\n") {
+		return v
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return r.Replace(v)
+}
+
+// series builds name{k1="v1",...} from alternating keys and values.
+func (m *gatewayMetrics) series(name string, kv ...string) string {
+	var b strings.Builder
+	b.Grow(len(m.prefix) + len(name) + 16*len(kv))
+	b.WriteString(m.prefix)
+	b.WriteString(name)
+	if len(kv) > 0 {
+		b.WriteByte('{')
+		for i := 0; i+1 < len(kv); i += 2 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(kv[i])
+			b.WriteString(`="`)
+			b.WriteString(escape(kv[i+1]))
+			b.WriteByte('"')
+		}
+		b.WriteByte('}')
+	}
+	return b.String()
+}
+
+func (m *gatewayMetrics) inc(name string, kv ...string) {
+	m.set.GetOrCreateCounter(m.series(name, kv...)).Inc()
+}
+
+func (m *gatewayMetrics) observe(name string, buckets []float64, v float64, kv ...string) {
+	m.set.GetOrCreatePrometheusHistogramExt(m.series(name, kv...), buckets).Update(v)
+}
+
+// Selected implements dispatch.Observer.
+func (m *gatewayMetrics) Selected(t dispatch.Target, algorithm string, rank int, kvSkipped bool, routing time.Duration) {
+	selection := "primary"
+	if rank > 1 {
+		selection = "fallback"
+	}
+	m.inc(mSelections, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm, "selection", selection)
+	if kvSkipped {
+		m.inc(mKVFallback, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm)
+	}
+	if routing >= 0 {
+		m.observe(mRoutingDuration, routingBuckets, routing.Seconds(), "routing_key", t.RoutingKey, "model", t.Model)
+	}
+}
+
+// Rejected implements dispatch.Observer.
+func (m *gatewayMetrics) Rejected(t dispatch.Target, reason string) {
+	switch reason {
+	case "input_work_limit_exceeded", "input_work_capacity_unavailable", "routing_capacity_unavailable":
+		m.inc(mAdmission, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+	default:
+	}
+	m.inc(mRoutingRejects, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+}
+
+// Parked implements dispatch.Observer.
+func (m *gatewayMetrics) Parked(_ dispatch.Target, delta int) {
+	m.parked.Add(float64(delta))
+}
+
+func (m *gatewayMetrics) write(w io.Writer) { m.set.WritePrometheus(w) }

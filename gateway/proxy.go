@@ -1,0 +1,327 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+)
+
+// hopByHop headers are never forwarded in either direction.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Upgrade"}
+
+// internalRequest are caller-supplied headers the gateway strips before a pylon.
+var internalRequest = []string{
+	control.HeaderRoutingMethod, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs,
+	control.HeaderExpectedQueueMs, control.HeaderErrorCode, control.HeaderDispatchSeq, control.HeaderPylonLoad,
+}
+
+// internalResponse are pylon headers the gateway strips before the client.
+var internalResponse = []string{
+	control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs, control.HeaderExpectedQueueMs, control.HeaderPylonLoad,
+}
+
+// cancelPoll is how often a parked request checks that its client is still connected.
+const cancelPoll = 50 * time.Millisecond
+
+// attemptState is the retry bookkeeping of one request (REFERENCE.md §3.5).
+type attemptState struct {
+	connectRetries int
+	requestRetries int
+	lastReason     string
+}
+
+// handleInference routes and proxies one OpenAI request.
+func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
+	arrival := g.deps.Now()
+	g.metrics.infl.Inc()
+	defer g.metrics.infl.Dec()
+	if g.draining.Load() {
+		writeError(ctx, fmt.Errorf("%w: not accepting new requests", ErrShuttingDown))
+		return
+	}
+	body := ctx.PostBody()
+	if len(body) > g.cfg.MaxReplayBodyBytes {
+		writeError(ctx, fmt.Errorf("%w: the body exceeds the replay limit of %d bytes", ErrTooLarge, g.cfg.MaxReplayBodyBytes))
+		return
+	}
+	rt, err := parseRouting(&ctx.Request.Header, body, g.cfg.RetryBudgetHeader, g.newRequestID)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	target := dispatch.Target{RoutingKey: rt.routingKey, Model: rt.model}
+	entry, err := g.lbcfg.Load().Resolve(rt.model, rt.method, rt.hasMethod)
+	if err != nil {
+		writeError(ctx, fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, control.HeaderRoutingMethod, err))
+		return
+	}
+	if entry.RequireCacheAffinityKey && rt.affinityKey == "" {
+		writeError(ctx, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, entry.Algorithm, control.HeaderCacheAffinityKey))
+		return
+	}
+	g.metrics.observe(mReplayBytes, replayBuckets, float64(len(body)), "model", rt.model)
+	pid := g.dir.Lookup(target)
+	if pid == nil {
+		g.finish(ctx, target, "", routingError(404, "no_eligible_candidates"))
+		return
+	}
+	h := &ctx.Request.Header
+	for _, name := range internalRequest {
+		h.Del(name)
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+	h.Set(control.HeaderRequestID, rt.requestID)
+	h.Set(control.HeaderModel, rt.model)
+	if rt.estimated {
+		h.Set(control.HeaderInputTokens, strconv.FormatUint(rt.inputTokens, 10))
+	}
+	p := dispatch.NewPending(arrival)
+	p.Entry = entry
+	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
+	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
+	var st attemptState
+	for {
+		out := g.await(ctx, pid, p)
+		switch out.Kind {
+		case dispatch.OutcomeCancelled:
+			g.metrics.inc(mClientCancelled, "routing_key", target.RoutingKey, "model", target.Model)
+			ctx.SetConnectionClose()
+			return
+		case dispatch.OutcomeRejected:
+			if p.Failures > 0 {
+				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", "no_eligible_backend")
+			}
+			g.finish(ctx, target, "", routingError(out.Status, out.Code))
+			return
+		default:
+		}
+		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, target)
+		if final != nil {
+			g.finish(ctx, target, out.BackendID, final)
+			return
+		}
+		if !retry {
+			g.metrics.inc(mRequests, "routing_key", target.RoutingKey, "model", target.Model, "inference_server_id", out.BackendID, "status", strconv.Itoa(ctx.Response.StatusCode()))
+			return
+		}
+	}
+}
+
+// finish writes a gateway-generated error and counts the request.
+func (g *Gateway) finish(ctx *fasthttp.RequestCtx, t dispatch.Target, backend string, err error) {
+	writeError(ctx, err)
+	g.metrics.inc(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", backend, "status", strconv.Itoa(ctx.Response.StatusCode()))
+}
+
+// budgetLeft reports whether the retry budget (x-stargate-max-wait-ms from arrival) allows
+// another attempt.
+func (g *Gateway) budgetLeft(p *dispatch.Pending, rt *routing) bool {
+	return !rt.hasBudget || g.deps.Now().Before(p.Arrival.Add(rt.budget))
+}
+
+// attempt performs one upstream call on a granted backend. It returns retry = true when
+// the request should be routed again, or a final error to answer; otherwise the upstream
+// response is in ctx.Response (streamed after the handler returns).
+func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, t dispatch.Target) (retry bool, final error) {
+	b := g.fleet.Get(out.BackendID)
+	if b == nil {
+		g.release(pid, out)
+		p.FailedBackends = append(p.FailedBackends, out.BackendID)
+		p.Failures++
+		return true, nil
+	}
+	h := &ctx.Request.Header
+	if out.HasExpected {
+		h.Set(control.HeaderExpectedQueueMs, strconv.FormatUint(out.ExpectedQueueMs, 10))
+	} else {
+		h.Del(control.HeaderExpectedQueueMs)
+	}
+	h.Set(control.HeaderDispatchSeq, control.FormatDispatchSeq(g.cfg.GatewayID, out.Seq))
+	ctx.Request.SetHost(b.Client.Addr)
+	ctx.Response.Reset()
+	ctx.Response.StreamBody = true
+	start := g.deps.Now()
+	err := b.Client.DoTimeout(&ctx.Request, &ctx.Response, g.cfg.HeadersTimeout)
+	if err != nil {
+		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
+		g.release(pid, out)
+		ctx.Response.Reset()
+		p.Failures++
+		p.FailedBackends = append(p.FailedBackends, b.ID)
+		if st.connectRetries < g.cfg.MaxConnectRetries && g.budgetLeft(p, rt) {
+			st.connectRetries++
+			p.PreferCluster = out.ClusterID
+			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", "connect_failover")
+			g.log.Debug("upstream transport error; failing over", "backend", b.ID, "err", err)
+			return true, nil
+		}
+		reason := "connect_retries_exhausted"
+		if !g.budgetLeft(p, rt) {
+			reason = "retry_budget_exhausted"
+		}
+		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+		return false, fmt.Errorf("%w: backend %s: %w", ErrUpstreamError, b.ID, err)
+	}
+	status := ctx.Response.StatusCode()
+	g.metrics.observe(mProxyDuration, proxyBuckets, g.deps.Now().Sub(start).Seconds(), "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID)
+	g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "upstream_"+strconv.Itoa(status))
+	if v := ctx.Response.Header.Peek(control.HeaderPylonLoad); v != nil {
+		if r, err := control.ParseLoadReport(string(v)); err == nil {
+			g.fleet.ReportLoad(b.ID, r)
+			g.metrics.inc(mLoadReports, "result", "applied")
+		} else {
+			g.metrics.inc(mLoadReports, "result", "invalid")
+		}
+	}
+	if reason, ok := g.retryable(&ctx.Response, status); ok {
+		mismatch := reason == control.RetryQueueEstimateMismatch
+		if mismatch {
+			g.release(pid, out)
+		}
+		st.lastReason = reason
+		switch {
+		case !g.budgetLeft(p, rt):
+			g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", "retry_budget_exhausted")
+		case st.requestRetries >= g.cfg.MaxRequestRetries:
+			g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+		default:
+			st.requestRetries++
+			p.Failures++
+			p.FailedBackends = append(p.FailedBackends, b.ID)
+			if mismatch {
+				p.PreferCluster = out.ClusterID
+			} else {
+				p.Req.Excluded = append(p.Req.Excluded, out.ClusterID)
+			}
+			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+			_ = ctx.Response.CloseBodyStream()
+			ctx.Response.Reset()
+			return true, nil
+		}
+	}
+	rh := &ctx.Response.Header
+	for _, name := range internalResponse {
+		rh.Del(name)
+	}
+	for _, name := range hopByHop {
+		rh.Del(name)
+	}
+	rh.Set(control.HeaderInferenceServerID, b.ID)
+	rh.Set(control.HeaderInferenceServerURL, b.URL)
+	rh.Set(control.HeaderClusterID, out.ClusterID)
+	if ctx.Response.IsBodyStream() {
+		ctx.Response.ImmediateHeaderFlush = true
+	}
+	g.metrics.observe(mOverhead, overheadBucket, max(start.Sub(p.Arrival), 0).Seconds(), "model", t.Model)
+	return false, nil
+}
+
+// retryable classifies an upstream response (REFERENCE.md §3.5 item 3).
+func (g *Gateway) retryable(resp *fasthttp.Response, status int) (string, bool) {
+	if status != fasthttp.StatusTooManyRequests && status != fasthttp.StatusServiceUnavailable {
+		return "", false
+	}
+	sig := resp.Header.Peek(control.HeaderRetryable)
+	switch {
+	case strings.EqualFold(string(sig), "true"):
+	case sig == nil && !g.cfg.RequirePylonRetrySig:
+	default:
+		return "", false
+	}
+	if r := resp.Header.Peek(control.HeaderRetryReason); len(r) > 0 {
+		return string(r), true
+	}
+	return control.RetryDefaultRetryableResponse, true
+}
+
+// release drops the reservation of a dispatch that never started on its backend.
+func (g *Gateway) release(pid *actor.PID, out *dispatch.Outcome) {
+	g.sys.Root.Send(pid, dispatch.Release{BackendID: out.BackendID, Seq: out.Seq})
+}
+
+// await sends Route and waits for the scheduler's answer, polling the client connection
+// while parked: a client that went away cancels the request before anything is dispatched.
+func (g *Gateway) await(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending) dispatch.Outcome {
+	g.sys.Root.Send(pid, dispatch.Route{P: p})
+	select {
+	case o := <-p.Mailbox:
+		return o
+	default:
+	}
+	t := time.NewTimer(cancelPoll)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-p.Mailbox:
+			return o
+		case <-t.C:
+			if clientGone(ctx) {
+				g.sys.Root.Send(pid, dispatch.Cancel{P: p})
+				o := <-p.Mailbox
+				if o.Kind == dispatch.OutcomeGranted {
+					g.release(pid, &o)
+					return dispatch.Outcome{Kind: dispatch.OutcomeCancelled}
+				}
+				return o
+			}
+			t.Reset(cancelPoll)
+		}
+	}
+}
+
+// clientGone peeks the client socket without consuming bytes (LIBRARIES.md §2.5): EOF or
+// an error other than "would block" means the client closed the connection.
+func clientGone(ctx *fasthttp.RequestCtx) bool {
+	sc, ok := ctx.Conn().(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		gone = (n == 0 && err == nil) || (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK))
+		return true
+	})
+	return gone
+}
+
+// probe measures one RTT: GET /health through the backend's data pool (REFERENCE.md §4.2).
+func (g *Gateway) probe(ctx context.Context, c *fasthttp.HostClient, backendID string) (time.Duration, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURI(control.HealthPath)
+	req.SetHost(c.Addr)
+	req.Header.Set(control.HeaderRequestID, "stargate-health-"+backendID)
+	req.Header.Set(control.HeaderModel, control.HealthProbeModel)
+	req.Header.Set(control.HeaderInputTokens, "0")
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	start := g.deps.Now()
+	if err := c.DoTimeout(req, resp, g.cfg.ProbeTimeout); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode() >= 500 {
+		return 0, fmt.Errorf("health probe of %s: status %d", backendID, resp.StatusCode())
+	}
+	return g.deps.Now().Sub(start), nil
+}
