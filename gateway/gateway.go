@@ -145,6 +145,8 @@ func validMetricPrefix(p string) bool {
 type Deps struct {
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Dial connects to a backend address (tests: in-memory listeners); nil = TCP.
+	Dial fasthttp.DialFunc
 }
 
 // Gateway is one router instance.
@@ -244,6 +246,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 		DisablePathNormalizing:        true,
 		ReadBufferSize:                16 << 10,
 		ConnPoolStrategy:              fasthttp.LIFO,
+		Dial:                          g.deps.Dial,
 	}
 }
 

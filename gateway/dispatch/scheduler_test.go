@@ -1,0 +1,253 @@
+package dispatch_test
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type countingObserver struct {
+	mu       sync.Mutex
+	selected []int
+	rejected []string
+	parked   int
+}
+
+func (o *countingObserver) Selected(_ dispatch.Target, _ string, rank int, _ bool, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.selected = append(o.selected, rank)
+}
+
+func (o *countingObserver) Rejected(_ dispatch.Target, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rejected = append(o.rejected, reason)
+}
+
+func (o *countingObserver) Parked(_ dispatch.Target, delta int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.parked += delta
+}
+
+type fixture struct {
+	sys *actor.ActorSystem
+	pid *actor.PID
+	obs *countingObserver
+	seq map[string]*atomic.Uint64
+}
+
+var target = dispatch.Target{Model: "m"}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{sys: actors.NewSystem(slog.New(slog.DiscardHandler)), obs: &countingObserver{}, seq: map[string]*atomic.Uint64{}}
+	dir := dispatch.NewDirectory(f.sys, dispatch.Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler), Observer: f.obs, Seed: 1})
+	f.pid = dir.Ensure(target)
+	t.Cleanup(func() {
+		dir.Stop()
+		time.Sleep(time.Minute) // let protoactor's throttle goroutines finish (virtual time)
+	})
+	return f
+}
+
+func (f *fixture) backend(id string, rtt time.Duration, l load.Load, seqEcho uint64) {
+	if f.seq[id] == nil {
+		f.seq[id] = &atomic.Uint64{}
+	}
+	f.sys.Root.Send(f.pid, dispatch.BackendChanged{View: dispatch.BackendView{
+		ID: id, URL: "http://" + id, ClusterID: id, Active: true, RTT: rtt, HasRTT: true, Load: l,
+		SeqEcho: seqEcho, Seq: f.seq[id], UpdatedAt: time.Now(),
+	}})
+}
+
+func (f *fixture) route(e lbconfig.Entry, tokens uint64, mod func(*dispatch.Pending)) *dispatch.Pending {
+	p := dispatch.NewPending(time.Now())
+	p.Entry = e
+	p.Req.InputTokens = tokens
+	if mod != nil {
+		mod(p)
+	}
+	f.sys.Root.Send(f.pid, dispatch.Route{P: p})
+	return p
+}
+
+func waw() lbconfig.Entry { return lbconfig.DefaultEntry(lbconfig.WaitAndWiden) }
+
+// REFERENCE.md §9.8 item 97 on virtual time: a full fast backend and an idle slow one,
+// no wait headers → the slow one after exactly the 150 ms bucket unlock.
+func TestWaitForSlowBackendWithoutHeaders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.backend("fast", 0, load.Load{InputTPS: 20_000, RunningRequests: 4, MaxEngineConcurrency: 4}, 0)
+		f.backend("slow", 0, load.Load{InputTPS: 5000, MaxEngineConcurrency: 4}, 0)
+		start := time.Now()
+		p := f.route(waw(), 4000, nil)
+		out := <-p.Mailbox
+		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "slow" {
+			t.Fatalf("outcome %+v, want granted to slow", out)
+		}
+		if got := time.Since(start); got != 150*time.Millisecond {
+			t.Errorf("granted after %v, want exactly 150ms", got)
+		}
+		if out.Seq != 1 || !out.HasExpected || out.ExpectedQueueMs != 0 {
+			t.Errorf("dispatch seq %d, expected queue %d (%v); want seq 1 and queue 0 (free slot)", out.Seq, out.ExpectedQueueMs, out.HasExpected)
+		}
+	})
+}
+
+// A parked request is granted as soon as a stats update frees capacity: no 25 ms poll.
+func TestEventDrivenWakeUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		full := load.Load{InputTPS: 1000, RunningRequests: 1, MaxEngineConcurrency: 1}
+		f.backend("only", time.Millisecond, full, 0)
+		start := time.Now()
+		p := f.route(waw(), 10, func(p *dispatch.Pending) { p.MaxWait, p.HasMaxWait = time.Second, true })
+		time.Sleep(7 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case out := <-p.Mailbox:
+			t.Fatalf("granted while full: %+v", out)
+		default:
+		}
+		f.backend("only", time.Millisecond, load.Load{InputTPS: 1000, MaxEngineConcurrency: 1}, 0)
+		out := <-p.Mailbox
+		if out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("outcome %+v", out)
+		}
+		if got := time.Since(start); got != 7*time.Millisecond {
+			t.Errorf("granted after %v, want 7ms (the moment capacity appeared)", got)
+		}
+	})
+}
+
+// Without x-max-wait-ms an Unavailable decision fails at once; with it the request waits
+// until its deadline and then fails with 503.
+func TestUnavailableAndMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.backend("only", time.Millisecond, load.Load{InputTPS: 1000, RunningRequests: 1, MaxEngineConcurrency: 1}, 0)
+		out := <-f.route(waw(), 10, nil).Mailbox
+		if out.Kind != dispatch.OutcomeRejected || out.Status != 503 || out.Code != "overloaded_error" {
+			t.Fatalf("no header: %+v, want 503 overloaded_error", out)
+		}
+		start := time.Now()
+		out = <-f.route(waw(), 10, func(p *dispatch.Pending) { p.MaxWait, p.HasMaxWait = 100*time.Millisecond, true }).Mailbox
+		if out.Kind != dispatch.OutcomeRejected || time.Since(start) != 100*time.Millisecond {
+			t.Fatalf("with x-max-wait-ms 100: %+v after %v", out, time.Since(start))
+		}
+	})
+}
+
+// Unknown targets answer 404 no_eligible_candidates; after a failure, 503.
+func TestNoBackends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		out := <-f.route(waw(), 10, nil).Mailbox
+		if out.Status != 404 || out.Code != "no_eligible_candidates" {
+			t.Errorf("no backends: %+v", out)
+		}
+		out = <-f.route(waw(), 10, func(p *dispatch.Pending) { p.Failures = 1 }).Mailbox
+		if out.Status != 503 {
+			t.Errorf("no backends after a failure: %+v", out)
+		}
+	})
+}
+
+// Reservations: a dispatch is counted until a report echoing its sequence arrives; a
+// release drops it at once.
+func TestReservations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		l := load.Load{InputTPS: 1000, MaxEngineConcurrency: 1}
+		f.backend("a", time.Millisecond, l, 0)
+		first := <-f.route(waw(), 10, nil).Mailbox
+		if first.Kind != dispatch.OutcomeGranted || first.Seq != 1 {
+			t.Fatalf("first: %+v", first)
+		}
+		// The reservation fills the only slot: the next request cannot be placed.
+		second := <-f.route(waw(), 10, nil).Mailbox
+		if second.Kind != dispatch.OutcomeRejected {
+			t.Fatalf("second while the slot is reserved: %+v", second)
+		}
+		// A report taken before the dispatch reached the pylon (echo 0) keeps it.
+		f.backend("a", time.Millisecond, l, 0)
+		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeRejected {
+			t.Fatalf("stale report dropped the reservation: %+v", out)
+		}
+		// A report covering seq 1 (and showing the slot free again) drops it.
+		f.backend("a", time.Millisecond, l, 1)
+		third := <-f.route(waw(), 10, nil).Mailbox
+		if third.Kind != dispatch.OutcomeGranted || third.Seq != 2 {
+			t.Fatalf("after the covering report: %+v", third)
+		}
+		f.sys.Root.Send(f.pid, dispatch.Release{BackendID: "a", Seq: 2})
+		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("after release: %+v", out)
+		}
+	})
+}
+
+// A cancelled parked request is answered OutcomeCancelled and never granted.
+func TestCancelParked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.backend("only", time.Millisecond, load.Load{InputTPS: 1000, RunningRequests: 1, MaxEngineConcurrency: 1}, 0)
+		p := f.route(waw(), 10, func(p *dispatch.Pending) { p.MaxWait, p.HasMaxWait = time.Second, true })
+		time.Sleep(10 * time.Millisecond)
+		f.sys.Root.Send(f.pid, dispatch.Cancel{P: p})
+		if out := <-p.Mailbox; out.Kind != dispatch.OutcomeCancelled {
+			t.Fatalf("cancel: %+v", out)
+		}
+		f.backend("only", time.Millisecond, load.Load{InputTPS: 1000, MaxEngineConcurrency: 1}, 0)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case out := <-p.Mailbox:
+			t.Fatalf("cancelled request answered again: %+v", out)
+		default:
+		}
+	})
+}
+
+// Sibling-first: PreferCluster picks another backend of the same cluster before the LB runs.
+func TestPreferClusterSibling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		seq := &atomic.Uint64{}
+		for _, id := range []string{"a1", "a2"} {
+			f.sys.Root.Send(f.pid, dispatch.BackendChanged{View: dispatch.BackendView{
+				ID: id, ClusterID: "a", Active: true, HasRTT: true, RTT: 100 * time.Millisecond, Seq: seq,
+				Load: load.Load{InputTPS: 1000}, UpdatedAt: time.Now(),
+			}})
+		}
+		f.backend("b", time.Millisecond, load.Load{InputTPS: 1000}, 0)
+		out := <-f.route(lbconfig.DefaultEntry(lbconfig.PowerOfN), 10, func(p *dispatch.Pending) {
+			p.FailedBackends, p.PreferCluster = []string{"a1"}, "a"
+		}).Mailbox
+		if out.BackendID != "a2" || out.ClusterID != "a" {
+			t.Errorf("sibling-first: %+v, want a2", out)
+		}
+		out = <-f.route(lbconfig.DefaultEntry(lbconfig.PowerOfN), 10, func(p *dispatch.Pending) {
+			p.FailedBackends, p.PreferCluster = []string{"a1", "a2"}, "a"
+		}).Mailbox
+		if out.BackendID != "b" {
+			t.Errorf("no sibling left: %+v, want the LB to pick b", out)
+		}
+	})
+}

@@ -1,0 +1,227 @@
+package gateway_test
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+func idleLoad() load.Load { return load.Load{InputTPS: 1000, MaxEngineConcurrency: 8} }
+
+// Plain OpenAI clients: no routing headers at all.
+func TestPlainOpenAIClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, "")
+		p := h.pylon("p1", "c1", idleLoad(), nil)
+		h.register(p)
+		r := h.chat(nil)
+		if r.status != 200 || !strings.Contains(r.body, "p1") {
+			t.Fatalf("plain request: %d %s", r.status, r.body)
+		}
+		for k, want := range map[string]string{"X-Inference-Server-Id": "p1", "X-Inference-Server-Url": "http://p1:80", "X-Stargate-Cluster-Id": "c1"} {
+			if r.headers[k] != want {
+				t.Errorf("response header %s = %q, want %q", k, r.headers[k], want)
+			}
+		}
+		if _, ok := r.headers["X-Pylon-Load"]; ok {
+			t.Error("internal x-pylon-load leaked to the client")
+		}
+		if p.header("X-Model") != "m" || p.header("X-Input-Tokens") == "" || !strings.HasPrefix(p.header("X-Request-Id"), "gw-test-") {
+			t.Errorf("synthesised routing headers: %v", p.lastHeaders)
+		}
+		if p.header("X-Switchyard-Dispatch-Seq") != "gw-test/1" || p.header("X-Stargate-Expected-Queue-Ms") != "0" {
+			t.Errorf("dispatch headers: %v", p.lastHeaders)
+		}
+	})
+}
+
+// REFERENCE.md §3.2/§3.4: header contract violations answer 400 with a JSON body naming the
+// header; unknown models 404 no_eligible_candidates; oversize bodies 413.
+func TestFrontEndErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{MaxReplayBodyBytes: 1024}, "")
+		h.register(h.pylon("p1", "c1", idleLoad(), nil))
+		for _, tt := range []struct {
+			name    string
+			headers map[string]string
+			body    string
+			status  int
+			mention string
+		}{
+			{"bad input tokens", map[string]string{"x-input-tokens": "ten"}, "", 400, "x-input-tokens"},
+			{"bad priority", map[string]string{"x-priority": "-1"}, "", 400, "x-priority"},
+			{"blank request id", map[string]string{"x-request-id": " "}, "", 400, "x-request-id"},
+			{"unknown routing method", map[string]string{"x-routing-method": "sticky"}, "", 400, "x-routing-method"},
+			{"not JSON without headers", nil, "not json", 400, "JSON"},
+			{"unknown model", map[string]string{"x-model": "nope", "x-input-tokens": "1"}, "", 404, "no eligible candidates"},
+			{"too large", map[string]string{"x-model": "m", "x-input-tokens": "1"}, strings.Repeat("x", 2000), 413, "replay limit"},
+		} {
+			body := tt.body
+			if body == "" {
+				body = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+			}
+			r := h.do("POST", "/v1/chat/completions", []byte(body), tt.headers)
+			if r.status != tt.status || !strings.Contains(r.body, tt.mention) || !strings.Contains(r.body, `"error"`) {
+				t.Errorf("%s: %d %s, want %d mentioning %q", tt.name, r.status, r.body, tt.status, tt.mention)
+			}
+		}
+		if r := h.do("GET", "/v1/chat/completions", nil, nil); r.status != 405 {
+			t.Errorf("GET on an inference path: %d", r.status)
+		}
+		if r := h.chat(map[string]string{"x-model": "nope", "x-input-tokens": "1"}); r.headers["X-Stargate-Error-Code"] != "no_eligible_candidates" {
+			t.Errorf("404 without x-stargate-error-code: %v", r.headers)
+		}
+	})
+}
+
+// §9.8 item 99: require_cache_affinity_key → 400 without the header, 200 with it.
+func TestRequireCacheAffinityKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"wait-and-widen","require_cache_affinity_key":true}}}`)
+		h.register(h.pylon("p1", "c1", idleLoad(), nil))
+		if r := h.chat(nil); r.status != 400 || !strings.Contains(r.body, "x-cache-affinity-key") {
+			t.Errorf("without the key: %d %s", r.status, r.body)
+		}
+		if r := h.chat(map[string]string{"x-cache-affinity-key": "k"}); r.status != 200 {
+			t.Errorf("with the key: %d %s", r.status, r.body)
+		}
+	})
+}
+
+// A retryable queue_estimate_mismatch goes to a sibling of the same cluster first; any
+// other retryable reason excludes the cluster.
+func TestRetryOnPylonSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
+		reject := func(reason string) func(int, *fasthttp.RequestCtx) {
+			return func(_ int, ctx *fasthttp.RequestCtx) {
+				ctx.SetStatusCode(429)
+				ctx.Response.Header.Set(control.HeaderRetryable, "true")
+				ctx.Response.Header.Set(control.HeaderRetryReason, reason)
+				ctx.SetBodyString(`{"title":"Too Many Requests"}`)
+			}
+		}
+		a1 := h.pylon("a1", "a", idleLoad(), reject(control.RetryQueueEstimateMismatch))
+		a2 := h.pylon("a2", "a", idleLoad(), nil)
+		b1 := h.pylon("b1", "b", idleLoad(), nil)
+		for _, p := range []*fakePylon{a1, a2, b1} {
+			h.register(p)
+		}
+		// Round-robin starts at cluster a; backend RR inside a starts at a1.
+		r := h.chat(nil)
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] != "a2" {
+			t.Fatalf("mismatch retry: %d %v %s, want a2 (sibling)", r.status, r.headers["X-Inference-Server-Id"], r.body)
+		}
+		if _, ok := r.headers["X-Stargate-Retryable"]; ok {
+			t.Error("retry metadata leaked to the client")
+		}
+
+		h2 := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
+		c1 := h2.pylon("c1", "c", idleLoad(), reject(control.RetryUpstreamAdmission))
+		c2 := h2.pylon("c2", "c", idleLoad(), nil)
+		d1 := h2.pylon("d1", "d", idleLoad(), nil)
+		for _, p := range []*fakePylon{c1, c2, d1} {
+			h2.register(p)
+		}
+		r = h2.chat(nil)
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] != "d1" {
+			t.Fatalf("admission retry: %d %v, want d1 (another cluster)", r.status, r.headers["X-Inference-Server-Id"])
+		}
+	})
+}
+
+// Exhausted retries pass the last upstream response through (metadata stripped).
+func TestRetriesExhausted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{MaxRequestRetries: 1}, "")
+		busy := func(_ int, ctx *fasthttp.RequestCtx) {
+			ctx.SetStatusCode(503)
+			ctx.Response.Header.Set(control.HeaderRetryable, "true")
+			ctx.Response.Header.Set(control.HeaderRetryReason, control.RetryUpstreamAdmission)
+			ctx.SetBodyString(`{"busy":true}`)
+		}
+		for _, id := range []string{"x", "y", "z"} {
+			h.register(h.pylon(id, id, idleLoad(), busy))
+		}
+		r := h.chat(nil)
+		if r.status != 503 || !strings.Contains(r.body, "busy") || r.headers["X-Stargate-Retry-Reason"] != "" {
+			t.Errorf("exhausted: %d %s %v", r.status, r.body, r.headers)
+		}
+	})
+}
+
+// A backend without capacity makes wait-and-widen park the request until the slow backend's
+// bucket unlocks (REFERENCE.md §9.8 item 97 on virtual time through the whole gateway).
+func TestWaitThroughGateway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen"}`)
+		h.register(h.pylon("fast", "fast", load.Load{InputTPS: 20_000, RunningRequests: 4, MaxEngineConcurrency: 4}, nil))
+		h.register(h.pylon("slow", "slow", load.Load{InputTPS: 5000, MaxEngineConcurrency: 4}, nil))
+		start := time.Now()
+		r := h.chat(map[string]string{"x-input-tokens": "4000"})
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] != "slow" {
+			t.Fatalf("got %d from %s", r.status, r.headers["X-Inference-Server-Id"])
+		}
+		if got := time.Since(start); got < 100*time.Millisecond || got > 160*time.Millisecond {
+			t.Errorf("time to headers %v, want ≈150ms (≥100ms)", got)
+		}
+	})
+}
+
+// Control endpoint: bearer token, immutability (409), deregistration.
+func TestControlEndpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{ControlToken: "s3cret"}, "")
+		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","models":{"m":{"status":"ACTIVE","stats":{}}}}`
+		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 401 {
+			t.Errorf("no token: %d", r.status)
+		}
+		auth := map[string]string{"Authorization": "Bearer s3cret"}
+		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), auth); r.status != 200 || !strings.Contains(r.body, "gw-test") {
+			t.Errorf("register: %d %s", r.status, r.body)
+		}
+		moved := strings.Replace(body, "p1:80", "p1:81", 1)
+		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(moved), auth); r.status != 409 {
+			t.Errorf("changed URL on a live registration: %d %s", r.status, r.body)
+		}
+		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(`{"bogus":1}`), auth); r.status != 400 {
+			t.Errorf("bad registration: %d %s", r.status, r.body)
+		}
+		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, auth); r.status != 204 {
+			t.Errorf("deregister: %d", r.status)
+		}
+		synctest.Wait()
+		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, auth); r.status != 404 {
+			t.Errorf("deregister twice: %d", r.status)
+		}
+	})
+}
+
+// A backend that stops sending heartbeats expires after 3 of them.
+func TestBackendExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, "")
+		p := h.pylon("p1", "c1", idleLoad(), nil)
+		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","heartbeat_ms":100,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
+		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
+			t.Fatal(r.body)
+		}
+		_ = p
+		synctest.Wait()
+		if r := h.chat(nil); r.status != 200 {
+			t.Fatalf("before expiry: %d %s", r.status, r.body)
+		}
+		time.Sleep(301 * time.Millisecond)
+		synctest.Wait()
+		if r := h.chat(nil); r.status != 404 {
+			t.Errorf("after 3 missed heartbeats: %d %s", r.status, r.body)
+		}
+	})
+}
