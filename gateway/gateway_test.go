@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -222,6 +224,147 @@ func TestBackendExpiry(t *testing.T) {
 		synctest.Wait()
 		if r := h.chat(nil); r.status != 404 {
 			t.Errorf("after 3 missed heartbeats: %d %s", r.status, r.body)
+		}
+	})
+}
+
+// §9.8 item 98: affinity hold X = 100 ms through the whole gateway.
+func TestAffinityHoldThroughGateway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"wait-and-widen","cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`)
+		ps := map[string]*fakePylon{}
+		for _, id := range []string{"p1", "p2", "p3"} {
+			ps[id] = h.pylon(id, id, idleLoad(), nil)
+			h.register(ps[id])
+		}
+		key := map[string]string{"x-cache-affinity-key": "session-7", "x-input-tokens": "100"}
+		primary := ""
+		for i := range 20 {
+			r := h.chat(key)
+			if r.status != 200 {
+				t.Fatalf("request %d: %d %s", i, r.status, r.body)
+			}
+			if primary == "" {
+				primary = r.headers["X-Inference-Server-Id"]
+			}
+			if got := r.headers["X-Inference-Server-Id"]; got != primary {
+				t.Fatalf("request %d went to %s, not the primary %s", i, got, primary)
+			}
+		}
+		// The primary becomes full.
+		full := idleLoad()
+		full.RunningRequests = full.MaxEngineConcurrency
+		ps[primary].mu.Lock()
+		ps[primary].load = full
+		ps[primary].mu.Unlock()
+		h.register(ps[primary])
+
+		start := time.Now()
+		r := h.chat(key)
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] == primary {
+			t.Fatalf("full primary: %d from %s", r.status, r.headers["X-Inference-Server-Id"])
+		}
+		if got := time.Since(start); got < 100*time.Millisecond {
+			t.Errorf("fallback after %v, want ≥ 100ms", got)
+		}
+		with := func(extra map[string]string) map[string]string {
+			m := map[string]string{}
+			for k, v := range key {
+				m[k] = v
+			}
+			for k, v := range extra {
+				m[k] = v
+			}
+			return m
+		}
+		if r := h.chat(with(map[string]string{"x-max-wait-ms": "10"})); r.status != 503 {
+			t.Errorf("x-max-wait-ms 10 before X: %d %s", r.status, r.body)
+		}
+		start = time.Now()
+		r = h.chat(with(map[string]string{"x-max-wait-ms": "500", "x-request-slo-ms": "5000"}))
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] == primary || time.Since(start) < 100*time.Millisecond {
+			t.Errorf("x-max-wait-ms 500: %d from %s after %v", r.status, r.headers["X-Inference-Server-Id"], time.Since(start))
+		}
+	})
+}
+
+// Hot reload: an invalid file is rejected and the old configuration kept.
+func TestLBConfigReload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		strict := `{"default":"wait-and-widen","models":{"m":{"algorithm":"wait-and-widen","require_cache_affinity_key":true}}}`
+		h := newHarness(t, gateway.Config{}, strict)
+		h.register(h.pylon("p1", "c1", idleLoad(), nil))
+		path := h.g.Config().LBConfigPath
+		if r := h.chat(nil); r.status != 400 {
+			t.Fatalf("strict config: %d", r.status)
+		}
+		if err := os.WriteFile(path, []byte(`{"default":"nope"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.g.Reload(); err == nil {
+			t.Error("an invalid file was accepted")
+		}
+		if r := h.chat(nil); r.status != 400 {
+			t.Errorf("the old config must stay: %d", r.status)
+		}
+		if err := os.WriteFile(path, []byte(`{"default":"round-robin"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.g.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.chat(nil); r.status != 200 {
+			t.Errorf("after a valid reload: %d %s", r.status, r.body)
+		}
+		m := h.do("GET", "/metrics", nil, nil).body
+		for _, want := range []string{`switchyard_lb_config_reloads_total{result="rejected"} 1`, `switchyard_lb_config_reloads_total{result="applied"} 1`} {
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+}
+
+// /debug/state, /v1/models, /readyz and /metrics reflect the fleet.
+func TestOperationalEndpoints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, "")
+		h.register(h.pylon("p1", "c1", idleLoad(), nil))
+		if r := h.chat(nil); r.status != 200 {
+			t.Fatal(r.body)
+		}
+		var st struct {
+			GatewayID string `json:"gateway_id"`
+			Backends  []struct {
+				ID       string `json:"id"`
+				Routable bool   `json:"routable"`
+			} `json:"backends"`
+			Targets []struct {
+				Model  string `json:"model"`
+				Parked int    `json:"parked"`
+			} `json:"targets"`
+		}
+		if err := json.Unmarshal([]byte(h.do("GET", "/debug/state", nil, nil).body), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.GatewayID != "gw-test" || len(st.Backends) != 1 || !st.Backends[0].Routable || len(st.Targets) != 1 || st.Targets[0].Model != "m" {
+			t.Errorf("debug state: %+v", st)
+		}
+		if r := h.do("GET", "/v1/models", nil, nil); !strings.Contains(r.body, `"id":"m"`) {
+			t.Errorf("/v1/models: %s", r.body)
+		}
+		if r := h.do("GET", "/readyz", nil, nil); r.status != 200 {
+			t.Errorf("/readyz: %d", r.status)
+		}
+		m := h.do("GET", "/metrics", nil, nil).body
+		for _, want := range []string{
+			`switchyard_requests_total{routing_key="",model="m",inference_server_id="p1",status="200"} 1`,
+			`switchyard_routing_selections_total{routing_key="",model="m",algorithm="power-of-n",selection="primary"} 1`,
+			`switchyard_active_inference_servers{routing_key="",model="m"} 1`,
+		} {
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics lack %s", want)
+			}
 		}
 	})
 }
