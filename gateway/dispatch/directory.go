@@ -5,6 +5,7 @@ package dispatch
 
 import (
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -54,13 +55,21 @@ func (d *Directory) Ensure(t Target) *actor.PID {
 	return pid
 }
 
-// States returns the published state of every scheduler.
+// States asks every scheduler for its state (debug only; one second timeout each).
 func (d *Directory) States() []*State {
 	d.mu.RLock()
-	defer d.mu.RUnlock()
-	out := make([]*State, 0, len(d.m))
+	pids := make([]*actor.PID, 0, len(d.m))
 	for _, e := range d.m {
-		out = append(out, e.sched.State())
+		pids = append(pids, e.pid)
+	}
+	d.mu.RUnlock()
+	out := make([]*State, 0, len(pids))
+	for _, pid := range pids {
+		if v, err := d.sys.Root.RequestFuture(pid, stateRequest{}, time.Second).Result(); err == nil {
+			if st, ok := v.(*State); ok {
+				out = append(out, st)
+			}
+		}
 	}
 	return out
 }

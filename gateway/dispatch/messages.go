@@ -108,14 +108,13 @@ type Pending struct {
 	Mailbox chan Outcome
 
 	// scheduler-owned
-	heapIndex int
-	wake      time.Time
-	routed    bool // a selection was recorded (routing duration observed once)
+	parked bool // in the park heap (a cancelled entry stays in the heap, skipped lazily)
+	routed bool // a selection was recorded (routing duration observed once)
 }
 
 // NewPending returns a pending request with a one-slot mailbox.
 func NewPending(arrival time.Time) *Pending {
-	return &Pending{Arrival: arrival, Mailbox: make(chan Outcome, 1), heapIndex: -1}
+	return &Pending{Arrival: arrival, Mailbox: make(chan Outcome, 1)}
 }
 
 func (p *Pending) backendFailed(id string) bool {

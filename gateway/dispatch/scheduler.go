@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,7 +17,8 @@ import (
 
 // Timing rules of the routing loop.
 const (
-	// MaxPark is the safety net: no parked request sleeps longer without a re-check.
+	// MaxPark is the safety net of Wait decisions: no request waiting for a bucket or the
+	// affinity hold sleeps longer without a re-check.
 	MaxPark = 25 * time.Millisecond
 	// DefaultWaitCap bounds waiting without x-max-wait-ms (and caps the header).
 	DefaultWaitCap = control.MaxWaitMs * time.Millisecond
@@ -83,7 +83,8 @@ type Scheduler struct {
 	parked    parkHeap
 	alarm     *actors.Alarm
 	reeval    bool
-	state     atomic.Pointer[State]
+	// parkedCount counts live parked requests (the heap may hold cancelled entries).
+	parkedCount int
 }
 
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
@@ -100,7 +101,6 @@ func NewScheduler(target Target, deps Deps) *Scheduler {
 		rng:       rand.New(rand.NewPCG(deps.Seed, hashTarget(target))),
 		dirty:     true,
 	}
-	s.publish()
 	return s
 }
 
@@ -119,9 +119,6 @@ func (s *Scheduler) Props() *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return s })
 }
 
-// State returns the last published state.
-func (s *Scheduler) State() *State { return s.state.Load() }
-
 // Receive implements actor.Actor.
 func (s *Scheduler) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
@@ -135,8 +132,9 @@ func (s *Scheduler) Receive(c actor.Context) {
 		m.P.Req.Excluded = slices.Clip(m.P.Req.Excluded)
 		s.try(m.P)
 	case Cancel:
-		if m.P.heapIndex >= 0 {
-			heap.Remove(&s.parked, m.P.heapIndex)
+		if m.P.parked {
+			m.P.parked = false
+			s.parkedCount--
 			s.deps.Observer.Parked(s.target, -1)
 			m.P.Mailbox <- Outcome{Kind: OutcomeCancelled}
 		}
@@ -155,6 +153,8 @@ func (s *Scheduler) Receive(c actor.Context) {
 			s.dirty = true
 			s.changed(c)
 		}
+	case stateRequest:
+		c.Respond(s.stateNow())
 	case reevaluate:
 		s.reeval = false
 		s.retryParked(false)
@@ -164,12 +164,11 @@ func (s *Scheduler) Receive(c actor.Context) {
 	default:
 	}
 	s.armAlarm()
-	s.publish()
 }
 
 // changed schedules one re-evaluation of the parked requests (event-driven wake-up).
 func (s *Scheduler) changed(c actor.Context) {
-	if len(s.parked) > 0 && !s.reeval {
+	if s.parkedCount > 0 && !s.reeval {
 		s.reeval = true
 		c.Send(s.self, reevaluate{})
 	}
@@ -192,17 +191,25 @@ func (s *Scheduler) retryParked(onlyDue bool) {
 	now := s.deps.Now()
 	var batch []*Pending
 	if onlyDue {
-		for len(s.parked) > 0 && !s.parked[0].wake.After(now) {
-			batch = append(batch, heap.Pop(&s.parked).(*Pending))
+		for len(s.parked) > 0 && s.parked[0].wake <= now.UnixNano() {
+			if e := heap.Pop(&s.parked).(parkedEntry); e.p.parked {
+				batch = append(batch, e.p)
+			}
 		}
 	} else {
-		batch = append(batch, s.parked...)
-		s.parked = s.parked[:0]
-		for _, p := range batch {
-			p.heapIndex = -1
+		for _, e := range s.parked {
+			if e.p.parked {
+				batch = append(batch, e.p)
+			}
 		}
+		clear(s.parked)
+		s.parked = s.parked[:0]
 		slices.SortFunc(batch, func(a, b *Pending) int { return a.Arrival.Compare(b.Arrival) })
 	}
+	for _, p := range batch {
+		p.parked = false
+	}
+	s.parkedCount -= len(batch)
 	if len(batch) > 0 {
 		s.deps.Observer.Parked(s.target, -len(batch))
 	}
@@ -212,10 +219,13 @@ func (s *Scheduler) retryParked(onlyDue bool) {
 }
 
 func (s *Scheduler) armAlarm() {
+	for len(s.parked) > 0 && !s.parked[0].p.parked {
+		heap.Pop(&s.parked) // cancelled
+	}
 	if len(s.parked) == 0 || s.alarm == nil {
 		return
 	}
-	s.alarm.Arm(s.deps.Now(), s.parked[0].wake)
+	s.alarm.Arm(s.deps.Now(), time.Unix(0, s.parked[0].wake))
 }
 
 // snap returns the current candidate snapshot, rebuilding it when dirty: routable backends
@@ -363,12 +373,14 @@ func (s *Scheduler) try(p *Pending) {
 	}
 }
 
-// unavailable parks p until its x-max-wait-ms deadline when it has one (fresh stats may
-// help), else rejects it with 503.
+// unavailable parks p until its x-max-wait-ms deadline when it has one, else rejects it
+// with 503. Only fresh stats can help an Unavailable decision, and every stats change
+// re-evaluates the parked requests at once, so the park needs no polling timer: it wakes
+// at the deadline (to fail) or on a change.
 func (s *Scheduler) unavailable(p *Pending, now time.Time, d lb.Decision) {
 	if p.HasMaxWait && d.Reason != lb.ReasonAllExcluded {
 		if deadline := p.Arrival.Add(p.MaxWait); now.Before(deadline) {
-			s.park(p, minTime(now.Add(MaxPark), deadline))
+			s.park(p, deadline)
 			return
 		}
 	}
@@ -436,22 +448,31 @@ func (s *Scheduler) reject(p *Pending, out Outcome) {
 }
 
 func (s *Scheduler) park(p *Pending, wake time.Time) {
-	p.wake = wake
-	heap.Push(&s.parked, p)
+	p.parked = true
+	s.parkedCount++
+	heap.Push(&s.parked, parkedEntry{wake: wake.UnixNano(), p: p})
 	s.deps.Observer.Parked(s.target, 1)
 }
 
 // rejectAll answers every parked request when the scheduler stops.
 func (s *Scheduler) rejectAll(actor.Context) {
 	for len(s.parked) > 0 {
-		p := heap.Pop(&s.parked).(*Pending)
+		e := heap.Pop(&s.parked).(parkedEntry)
+		if !e.p.parked {
+			continue
+		}
+		e.p.parked = false
+		s.parkedCount--
 		s.deps.Observer.Parked(s.target, -1)
-		s.reject(p, Outcome{Status: 503, Code: "shutting_down", Reason: "shutting_down"})
+		s.reject(e.p, Outcome{Status: 503, Code: "shutting_down", Reason: "shutting_down"})
 	}
 }
 
-func (s *Scheduler) publish() {
-	st := &State{Target: s.target, Backends: len(s.backends), Parked: len(s.parked), Reservations: map[string]int{}}
+// stateRequest asks the scheduler for its State (debug only).
+type stateRequest struct{}
+
+func (s *Scheduler) stateNow() *State {
+	st := &State{Target: s.target, Backends: len(s.backends), Parked: s.parkedCount, Reservations: map[string]int{}}
 	if s.snapshot != nil {
 		st.Candidates = len(s.snapshot.Candidates)
 	}
@@ -460,31 +481,29 @@ func (s *Scheduler) publish() {
 			st.Reservations[id] = len(b.reservations)
 		}
 	}
-	s.state.Store(st)
+	return st
+}
+
+// parkedEntry is what the scheduler holds per parked request: 16 bytes in the heap.
+type parkedEntry struct {
+	wake int64 // unix ns
+	p    *Pending
 }
 
 // parkHeap orders parked requests by wake time.
-type parkHeap []*Pending
+type parkHeap []parkedEntry
 
 func (h parkHeap) Len() int           { return len(h) }
-func (h parkHeap) Less(i, j int) bool { return h[i].wake.Before(h[j].wake) }
-func (h parkHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
-}
+func (h parkHeap) Less(i, j int) bool { return h[i].wake < h[j].wake }
+func (h parkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 
-func (h *parkHeap) Push(x any) {
-	p := x.(*Pending)
-	p.heapIndex = len(*h)
-	*h = append(*h, p)
-}
+func (h *parkHeap) Push(x any) { *h = append(*h, x.(parkedEntry)) }
 
 func (h *parkHeap) Pop() any {
 	old := *h
 	n := len(old)
-	p := old[n-1]
-	old[n-1] = nil
-	p.heapIndex = -1
+	e := old[n-1]
+	old[n-1] = parkedEntry{}
 	*h = old[:n-1]
-	return p
+	return e
 }
