@@ -1,11 +1,21 @@
-// Command pylon is the Switchyard pylon binary.
+// Command pylon is the Switchyard pylon: the sidecar next to one inference engine that
+// registers with every gateway, publishes load stats, runs local queue admission and
+// relays requests to the engine while observing the stream.
 package main
 
 import (
-	"errors"
+	"context"
+	"log/slog"
+	"math"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/switchyard/switchyard/pylon"
+	"github.com/switchyard/switchyard/pylon/admission"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -13,11 +23,84 @@ var version = "dev"
 
 type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
+
+	HTTPListenAddr        string   `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path and /metrics listen address."`
+	UpstreamHTTPBaseURL   string   `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
+	ModelName             []string `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
+	Gateway               []string `name:"gateway" sep:"," help:"Gateway base URL to register with (repeatable)."`
+	AdvertiseURL          string   `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
+	InferenceServerID     string   `name:"inference-server-id" default:"pylon" help:"Backend id."`
+	ClusterID             string   `name:"cluster-id" help:"Cluster id (default = inference server id)."`
+	MaxEngineConcurrency  uint64   `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
+	InitialInputTPS       float64  `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
+	BenchmarkPinInputTPS  bool     `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
+	DoCalibration         bool     `name:"do-calibration" help:"Calibrate input tokens/s before registering (not implemented yet)."`
+	EngineStatsStream     string   `name:"engine-stats-stream" default:"auto" enum:"auto,required,off" help:"Engine NDJSON stats stream: auto, required or off."`
+	EngineStatsStreamPath string   `name:"engine-stats-stream-path" default:"/pylon/v1/stats/stream" help:"Path of the engine stats stream."`
+	EngineMetrics         string   `name:"engine-metrics" default:"off" enum:"off,vllm,sglang" help:"Scrape the engine's Prometheus /metrics: off, vllm or sglang."`
+	KVCacheStatsPath      string   `name:"kv-cache-stats-path" help:"Engine path polled every second for KV cache stats (empty = off)."`
+	MinUpdateIntervalMs   uint64   `name:"min-update-interval-ms" default:"1000" help:"Registration heartbeat period."`
+	StatsUpdateCoalesceMs uint64   `name:"stats-update-coalesce-ms" default:"10" help:"Minimum spacing of change-driven registration updates."`
+
+	QueueAdmission             bool    `name:"queue-admission" default:"true" negatable:"" help:"Local queue admission."`
+	QueueAdmissionMinDeltaMs   uint64  `name:"queue-admission-min-delta-ms" default:"25" help:"Additive admission tolerance."`
+	QueueAdmissionTolerance    float64 `name:"queue-admission-tolerance" default:"1.25" help:"Multiplicative admission tolerance."`
+	QueueMismatchRetryAfterMs  uint64  `name:"queue-mismatch-retry-after-ms" default:"0" help:"x-stargate-retry-after-ms on admission 429s (0 = none)."`
+	UpstreamBackend            string  `name:"upstream-backend" default:"passthrough" enum:"passthrough,dynamo" help:"dynamo adds x-dynamo-request-priority headers; passthrough adds none."`
+	PriorityCeiling            uint32  `name:"priority-ceiling" default:"3600" help:"Dynamo priority = max(0, ceiling − x-priority)."`
+	RetryableStatusCodes       []int   `name:"retryable-upstream-status-codes" default:"429,503" sep:"," help:"Engine statuses that may be marked retryable."`
+	RequireUpstreamRetryHeader bool    `name:"require-upstream-retry-header" default:"true" negatable:"" help:"Require the engine's retry header before marking a response retryable."`
+	UpstreamRetryHeader        string  `name:"upstream-retry-header" default:"x-stargate-upstream-retryable" help:"Engine → pylon retry signal header."`
+	PropagateRetryAfter        bool    `name:"propagate-retry-after" default:"true" negatable:"" help:"Convert the engine's Retry-After to x-stargate-retry-after-ms."`
+	LocalConnectFailRetryable  bool    `name:"local-connect-failures-retryable" help:"Mark engine connect failures retryable."`
+	ModelDiscoveryPollMs       uint64  `name:"model-discovery-poll-interval-ms" default:"5000" help:"Model discovery poll period."`
+	DrainTimeoutMs             uint64  `name:"drain-timeout-ms" default:"30000" help:"Longest wait for in-flight requests on SIGTERM."`
+	ControlToken               string  `name:"control-token" help:"Bearer token for the gateways' control endpoint."`
+	MetricsPrefix              string  `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
+	MaxRequestBodyBytes        int     `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body."`
+	LogLevel                   string  `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
-var errNotBuilt = errors.New("the pylon runtime is not built yet (see README.md, component status)")
+func ms(v uint64) time.Duration {
+	return time.Duration(min(v, math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond
+}
 
-func (*cli) Run() error { return errNotBuilt }
+func (c *cli) config() pylon.Config {
+	cfg := pylon.DefaultConfig()
+	cfg.ListenAddr, cfg.UpstreamBaseURL, cfg.ModelNames, cfg.Gateways = c.HTTPListenAddr, c.UpstreamHTTPBaseURL, c.ModelName, c.Gateway
+	cfg.AdvertiseURL, cfg.ID, cfg.ClusterID = c.AdvertiseURL, c.InferenceServerID, c.ClusterID
+	cfg.MaxEngineConcurrency, cfg.InitialInputTPS, cfg.PinInputTPS, cfg.DoCalibration = c.MaxEngineConcurrency, c.InitialInputTPS, c.BenchmarkPinInputTPS, c.DoCalibration
+	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
+	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = ms(c.MinUpdateIntervalMs), ms(c.StatsUpdateCoalesceMs)
+	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: c.QueueAdmissionMinDeltaMs, Tolerance: c.QueueAdmissionTolerance}
+	cfg.QueueMismatchRetryAfterMs = c.QueueMismatchRetryAfterMs
+	cfg.UpstreamBackend, cfg.PriorityCeiling, cfg.RetryableStatusCodes = c.UpstreamBackend, c.PriorityCeiling, c.RetryableStatusCodes
+	cfg.RequireUpstreamRetryHeader, cfg.UpstreamRetryHeader, cfg.PropagateRetryAfter = c.RequireUpstreamRetryHeader, c.UpstreamRetryHeader, c.PropagateRetryAfter
+	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, ms(c.ModelDiscoveryPollMs), ms(c.DrainTimeoutMs)
+	cfg.ControlToken, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.MetricsPrefix, c.MaxRequestBodyBytes
+	return cfg
+}
+
+// Validate rejects bad flag values with one line per reason (kong exits non-zero).
+func (c *cli) Validate() error {
+	cfg := c.config()
+	return cfg.Validate()
+}
+
+func (c *cli) Run() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	p, err := pylon.New(c.config(), pylon.Deps{Logger: logger, Version: version})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return p.Run(ctx)
+}
 
 func main() {
 	var c cli

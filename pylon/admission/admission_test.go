@@ -1,0 +1,119 @@
+package admission_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/pylon/admission"
+)
+
+var on = admission.Config{Enabled: true, MinDeltaMs: 25, Tolerance: 1.25}
+
+func TestThreshold(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		c        admission.Config
+		expected uint64
+		want     uint64
+	}{
+		{on, 0, 25},
+		{on, 100, 125},
+		{on, 101, 127}, // ceil(126.25) beats 126
+		{on, 1000, 1250},
+		{admission.Config{MinDeltaMs: 25, Tolerance: math.NaN()}, 1000, 1025},
+		{admission.Config{MinDeltaMs: 25, Tolerance: -2}, 1000, 1025},
+		{on, math.MaxUint64, math.MaxUint64},
+	} {
+		if got := tt.c.Threshold(tt.expected); got != tt.want {
+			t.Errorf("Threshold(%d) with %+v = %d, want %d", tt.expected, tt.c, got, tt.want)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	est := func(ms uint64) *load.Load {
+		return &load.Load{InputTPS: 1000, QueuedInputTokens: ms, QueueEstimates: []load.PriorityEstimate{{Priority: 0, QueueMs: ms}}}
+	}
+	for name, tt := range map[string]struct {
+		c        admission.Config
+		expected uint64
+		has      bool
+		l        *load.Load
+		priority uint32
+		want     admission.Decision
+	}{
+		"at threshold accepted": {on, 100, true, est(125), 0, admission.Decision{Result: admission.Accepted, ExpectedMs: 100, ActualMs: 125, ThresholdMs: 125}},
+		"above rejected":        {on, 100, true, est(126), 0, admission.Decision{Result: admission.Rejected, ExpectedMs: 100, ActualMs: 126, ThresholdMs: 125}},
+		"disabled":              {admission.Config{}, 0, true, est(1e6), 0, admission.Decision{Result: admission.Disabled}},
+		"missing":               {on, 0, false, est(1e6), 0, admission.Decision{Result: admission.MissingEstimate}},
+		"unknown tps": {
+			on, 0, true, &load.Load{QueuedInputTokens: 10}, 0,
+			admission.Decision{Result: admission.UnknownLocalEstimate},
+		},
+		"no work, no tps": {on, 0, true, &load.Load{}, 0, admission.Decision{Result: admission.Accepted, ThresholdMs: 25}},
+		"free slot": {
+			on, 0, true, &load.Load{InputTPS: 1000, QueuedInputTokens: 1e6, RunningRequests: 7, MaxEngineConcurrency: 8}, 0,
+			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
+		},
+		"slots full": {
+			on, 0, true, &load.Load{InputTPS: 1000, QueuedInputTokens: 1000, RunningRequests: 8, MaxEngineConcurrency: 8}, 0,
+			admission.Decision{Result: admission.Rejected, ActualMs: 1000, ThresholdMs: 25},
+		},
+		"explicit empty map derives from queued work": {
+			on, 0, true, &load.Load{InputTPS: 1000, QueuedInputTokens: 0, QueueEstimates: []load.PriorityEstimate{}}, 0,
+			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
+		},
+		"more urgent than all queued work": {
+			on, 0, true, &load.Load{InputTPS: 1000, QueuedInputTokens: 5000, QueueEstimates: []load.PriorityEstimate{{Priority: 5, QueueMs: 5000}}}, 3,
+			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
+		},
+		"nearest lower priority": {
+			on, 0, true, &load.Load{InputTPS: 1000, QueuedInputTokens: 5000, QueueEstimates: []load.PriorityEstimate{{Priority: 5, QueueMs: 5000}}}, 9,
+			admission.Decision{Result: admission.Rejected, ActualMs: 5000, ThresholdMs: 25},
+		},
+	} {
+		got := admission.Decide(tt.c, tt.expected, tt.has, tt.l, tt.priority)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+		if got.Admit() != (tt.want.Result != admission.Rejected) {
+			t.Errorf("%s: Admit() = %v", name, got.Admit())
+		}
+	}
+}
+
+func TestResultNames(t *testing.T) {
+	t.Parallel()
+	got := make([]string, 0, len(admission.Results))
+	for _, r := range admission.Results {
+		got = append(got, r.String())
+	}
+	want := []string{"accepted", "rejected", "missing_estimate", "unknown_local_estimate", "disabled"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// Property: a rejection always means the local estimate exceeds the threshold, and the
+// threshold is never below the expected delay plus the minimum delta.
+func TestDecideProperty(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		expected := rapid.Uint64Range(0, 1e7).Draw(t, "expected")
+		queued := rapid.Uint64Range(0, 1e7).Draw(t, "queued")
+		tps := rapid.Float64Range(1, 1e5).Draw(t, "tps")
+		l := &load.Load{InputTPS: tps, QueuedInputTokens: queued}
+		d := admission.Decide(on, expected, true, l, 0)
+		if d.ThresholdMs < expected+25 {
+			t.Fatalf("threshold %d below expected %d + 25", d.ThresholdMs, expected)
+		}
+		if (d.Result == admission.Rejected) != (d.ActualMs > d.ThresholdMs) {
+			t.Fatalf("inconsistent decision %+v", d)
+		}
+	})
+}

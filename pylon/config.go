@@ -1,0 +1,165 @@
+package pylon
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/engine"
+)
+
+// Upstream backends (priority dialects).
+const (
+	BackendPassthrough = "passthrough"
+	BackendDynamo      = "dynamo"
+)
+
+// Defaults (DESIGN.md §9 pylon, REFERENCE.md §4.1).
+const (
+	DefaultListenAddr            = "127.0.0.1:8100"
+	DefaultID                    = "pylon"
+	DefaultStatsStreamPath       = "/pylon/v1/stats/stream"
+	DefaultMinUpdateInterval     = time.Second
+	DefaultStatsUpdateCoalesce   = 10 * time.Millisecond
+	DefaultPriorityCeiling       = 3600
+	DefaultUpstreamRetryHeader   = "x-stargate-upstream-retryable"
+	DefaultDiscoveryPollInterval = 5 * time.Second
+	DefaultDrainTimeout          = 30 * time.Second
+	DefaultMetricsPrefix         = "pylon_"
+	DefaultMaxRequestBodyBytes   = 64 << 20
+	// RetireGrace keeps a retired generation's actor answering "unavailable" before it stops.
+	RetireGrace = time.Minute
+)
+
+// Config configures one pylon. Start from DefaultConfig.
+type Config struct {
+	ListenAddr      string   // data path and /metrics (default 127.0.0.1:8100)
+	UpstreamBaseURL string   // engine base URL (required)
+	ModelNames      []string // served models; empty = discover from GET /v1/models
+	Gateways        []string // gateway base URLs to register with
+	AdvertiseURL    string   // how gateways reach this pylon (default http://<listen addr>)
+	ID              string   // inference server id (default "pylon")
+	ClusterID       string   // default = ID
+
+	MaxEngineConcurrency uint64  // CLI fallback for every model (0 = none)
+	InitialInputTPS      float64 // bootstrap input tps (0 = none)
+	PinInputTPS          bool    // keep InitialInputTPS fixed (benchmarks)
+	DoCalibration        bool    // calibrate input tps before registering
+
+	EngineStatsStream     string // auto | required | off
+	EngineStatsStreamPath string
+	EngineMetrics         string // off | vllm | sglang
+	KVCacheStatsPath      string // "" = no polling
+
+	MinUpdateInterval   time.Duration // registration heartbeat (1 s)
+	StatsUpdateCoalesce time.Duration // change-driven update spacing (10 ms)
+
+	Admission                 admission.Config // Enabled true, 25 ms, 1.25 by default
+	QueueMismatchRetryAfterMs uint64           // optional retry hint on 429 (0 = none)
+
+	UpstreamBackend               string // passthrough (default) | dynamo
+	PriorityCeiling               uint32 // dynamo priority = max(0, ceiling − x-priority)
+	RetryableStatusCodes          []int  // 429, 503
+	RequireUpstreamRetryHeader    bool   // true
+	UpstreamRetryHeader           string // x-stargate-upstream-retryable
+	PropagateRetryAfter           bool   // true
+	LocalConnectFailuresRetryable bool   // false
+
+	ControlToken          string
+	MetricsPrefix         string // pylon_
+	DiscoveryPollInterval time.Duration
+	DrainTimeout          time.Duration
+	MaxRequestBodyBytes   int
+}
+
+// DefaultConfig returns the documented defaults (UpstreamBaseURL still has to be set).
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr: DefaultListenAddr, ID: DefaultID,
+		EngineStatsStream: engine.ModeAuto, EngineStatsStreamPath: DefaultStatsStreamPath, EngineMetrics: "off",
+		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce,
+		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
+		UpstreamBackend: BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
+		RetryableStatusCodes: []int{429, 503}, RequireUpstreamRetryHeader: true, UpstreamRetryHeader: DefaultUpstreamRetryHeader,
+		PropagateRetryAfter: true, MetricsPrefix: DefaultMetricsPrefix, DiscoveryPollInterval: DefaultDiscoveryPollInterval,
+		DrainTimeout: DefaultDrainTimeout, MaxRequestBodyBytes: DefaultMaxRequestBodyBytes,
+	}
+}
+
+// ErrConfig is the class of configuration errors.
+var ErrConfig = errors.New("invalid pylon config")
+
+// Validate returns one precise error per bad field, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
+	}
+	if u, err := url.Parse(c.UpstreamBaseURL); c.UpstreamBaseURL == "" || err != nil || u.Scheme != "http" || u.Host == "" {
+		bad("upstream-http-base-url %q must be an http://host:port URL", c.UpstreamBaseURL)
+	}
+	for _, g := range c.Gateways {
+		if u, err := url.Parse(g); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("gateway %q must be an http(s) URL", g)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+		bad("http-listen-addr %q: %v", c.ListenAddr, err)
+	}
+	seen := map[string]bool{}
+	for _, m := range c.ModelNames {
+		if m == "" || seen[m] {
+			bad("model-name %q is empty or repeated", m)
+		}
+		seen[m] = true
+	}
+	if c.ID == "" {
+		bad("inference-server-id must not be empty")
+	}
+	if math.IsNaN(c.InitialInputTPS) || math.IsInf(c.InitialInputTPS, 0) || c.InitialInputTPS < 0 {
+		bad("initial-input-tps %v must be a finite value ≥ 0", c.InitialInputTPS)
+	}
+	if c.DoCalibration && c.InitialInputTPS > 0 {
+		bad("do-calibration and initial-input-tps are mutually exclusive")
+	}
+	switch c.EngineStatsStream {
+	case engine.ModeAuto, engine.ModeRequired, engine.ModeOff:
+	default:
+		bad("engine-stats-stream %q must be auto, required or off", c.EngineStatsStream)
+	}
+	switch c.EngineMetrics {
+	case "off", "", engine.DialectVLLM, engine.DialectSGLang:
+	default:
+		bad("engine-metrics %q must be off, vllm or sglang", c.EngineMetrics)
+	}
+	switch c.UpstreamBackend {
+	case BackendPassthrough, BackendDynamo:
+	default:
+		bad("upstream-backend %q must be passthrough or dynamo", c.UpstreamBackend)
+	}
+	if c.MinUpdateInterval <= 0 {
+		bad("min-update-interval-ms must be > 0")
+	}
+	if c.StatsUpdateCoalesce < 0 {
+		bad("stats-update-coalesce-ms must be ≥ 0")
+	}
+	if t := c.Admission.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t <= 0 {
+		bad("queue-admission-tolerance %v must be a finite value > 0", t)
+	}
+	for _, s := range c.RetryableStatusCodes {
+		if s < 400 || s > 599 {
+			bad("retryable status %d must be 400–599", s)
+		}
+	}
+	if c.DiscoveryPollInterval <= 0 || c.DrainTimeout < 0 || c.MaxRequestBodyBytes <= 0 {
+		bad("model-discovery-poll-interval-ms, drain-timeout-ms and max-request-body-bytes must be positive")
+	}
+	if c.DoCalibration {
+		bad("do-calibration is not implemented yet; use --initial-input-tps or let traffic provide samples")
+	}
+	return errors.Join(errs...)
+}

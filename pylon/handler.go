@@ -1,0 +1,323 @@
+package pylon
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/pylon/relay"
+)
+
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer", "Upgrade", "Proxy-Connection"}
+
+var replyPool = sync.Pool{New: func() any { return make(chan admitReply, 1) }}
+
+// serve is the data-path handler.
+func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("handler_panic", "panic", fmt.Sprint(r))
+			internalError().write(ctx)
+		}
+	}()
+	if ctx.IsGet() {
+		switch string(ctx.Path()) {
+		case "/metrics":
+			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+			p.metrics.set.WritePrometheus(ctx)
+			return
+		case control.HealthPath:
+			p.health(ctx)
+			return
+		}
+	}
+	p.proxy(ctx)
+}
+
+func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+	ctx.Request.SetHost(p.upstreamHost)
+	ctx.Request.URI().SetScheme("http")
+}
+
+// health forwards GET /health to the engine without bookkeeping (the gateway's RTT probe).
+func (p *Pylon) health(ctx *fasthttp.RequestCtx) {
+	p.toUpstream(ctx)
+	if err := p.client.DoTimeout(&ctx.Request, &ctx.Response, 5*time.Second); err != nil {
+		connectFailure(p.cfg.LocalConnectFailuresRetryable).write(ctx)
+		return
+	}
+	for _, name := range hopByHop {
+		ctx.Response.Header.Del(name)
+	}
+}
+
+func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	rid := h.Peek(control.HeaderRequestID)
+	if len(rid) == 0 {
+		badHeader(control.HeaderRequestID, "is required").write(ctx)
+		return
+	}
+	modelName := h.Peek(control.HeaderModel)
+	if len(modelName) == 0 {
+		badHeader(control.HeaderModel, "is required").write(ctx)
+		return
+	}
+	inputTokens, err := strconv.ParseUint(string(bytes.TrimSpace(h.Peek(control.HeaderInputTokens))), 10, 64)
+	if err != nil {
+		badHeader(control.HeaderInputTokens, "is required and must be an unsigned integer").write(ctx)
+		return
+	}
+	var priority uint32
+	if v := bytes.TrimSpace(h.Peek(control.HeaderPriority)); len(v) > 0 {
+		pr, err := strconv.ParseUint(string(v), 10, 32)
+		if err != nil {
+			badHeader(control.HeaderPriority, "must be an unsigned 32-bit integer").write(ctx)
+			return
+		}
+		priority = uint32(pr)
+	}
+	entry := p.lookup(modelName)
+	var g *generation
+	if entry != nil {
+		g = entry.cur.Load()
+	}
+	if g == nil || p.draining.Load() {
+		generationUnavailable(string(modelName)).write(ctx)
+		return
+	}
+	var expected uint64
+	ev := bytes.TrimSpace(h.Peek(control.HeaderExpectedQueueMs))
+	expected, expErr := strconv.ParseUint(string(ev), 10, 64)
+	gatewayID, seq, seqErr := "", uint64(0), error(nil)
+	if v := h.Peek(control.HeaderDispatchSeq); len(v) > 0 {
+		gatewayID, seq, seqErr = control.ParseDispatchSeq(string(v))
+	}
+	id := string(rid)
+
+	reply := replyPool.Get().(chan admitReply)
+	p.sys.Root.Send(g.pid, &requestAdmitted{id: id, priority: priority, inputTokens: inputTokens, expectedMs: expected, hasExpected: len(ev) > 0 && expErr == nil, reply: reply})
+	r := <-reply
+	replyPool.Put(reply)
+	if r.unavailable {
+		generationUnavailable(g.model).write(ctx)
+		return
+	}
+	mm := entry.metrics
+	mm.decision(r.decision)
+	if !r.decision.Admit() {
+		queueMismatch(r.decision, p.cfg.QueueMismatchRetryAfterMs).write(ctx)
+		p.addLoad(ctx, g, gatewayID)
+		mm.status(fasthttp.StatusTooManyRequests).Inc()
+		p.metrics.retryable(control.RetryQueueEstimateMismatch, fasthttp.StatusTooManyRequests)
+		return
+	}
+	if gatewayID != "" && seqErr == nil {
+		p.noteSeq(gatewayID, seq)
+	}
+	p.inflight.Add(1)
+	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
+	mm.inHist.Update(float64(inputTokens))
+
+	p.toUpstream(ctx)
+	h.Del(control.HeaderExpectedQueueMs)
+	h.Del(control.HeaderDispatchSeq)
+	h.Del(control.HeaderDynamoPriority)
+	h.Del(control.HeaderDynamoStrict)
+	if p.cfg.UpstreamBackend == BackendDynamo {
+		var ep uint32
+		if hasPriority := len(h.Peek(control.HeaderPriority)) > 0; hasPriority && priority < p.cfg.PriorityCeiling {
+			ep = p.cfg.PriorityCeiling - priority
+		}
+		h.Set(control.HeaderDynamoPriority, strconv.FormatUint(uint64(ep), 10))
+		h.Set(control.HeaderDynamoStrict, "0")
+	}
+	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()}
+	if !wantsStream(ctx) {
+		p.relayBuffered(ctx, obs, gatewayID)
+		return
+	}
+	up := fasthttp.AcquireResponse()
+	up.StreamBody = true
+	if err := p.client.Do(&ctx.Request, up); err != nil {
+		fasthttp.ReleaseResponse(up)
+		p.upstreamFailed(ctx, obs, err, gatewayID)
+		return
+	}
+	obs.headers(up.StatusCode())
+	p.classify(&up.Header)
+	up.Header.CopyTo(&ctx.Response.Header)
+	for _, name := range hopByHop {
+		ctx.Response.Header.Del(name)
+	}
+	p.addLoad(ctx, g, gatewayID)
+	bs, ok := up.BodyStream().(interface {
+		Read([]byte) (int, error)
+		CloseWithError(error) error
+	})
+	if !ok {
+		ctx.Response.SetBody(up.Body())
+		obs.complete(up.Body())
+		fasthttp.ReleaseResponse(up)
+		return
+	}
+	ctx.Response.SetBodyStream(relay.NewStream(bs, obs, p.now, func() { fasthttp.ReleaseResponse(up) }), -1)
+	ctx.Response.ImmediateHeaderFlush = true
+}
+
+func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gatewayID string) {
+	if err := p.client.Do(&ctx.Request, &ctx.Response); err != nil {
+		p.upstreamFailed(ctx, obs, err, gatewayID)
+		return
+	}
+	obs.headers(ctx.Response.StatusCode())
+	p.classify(&ctx.Response.Header)
+	for _, name := range hopByHop {
+		ctx.Response.Header.Del(name)
+	}
+	obs.complete(ctx.Response.Body())
+	p.addLoad(ctx, obs.g, gatewayID)
+}
+
+func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, err error, gatewayID string) {
+	p.log.Debug("upstream_failed", "request_id", obs.id, "err", err)
+	obs.status = fasthttp.StatusServiceUnavailable
+	obs.Finished(p.now(), &relay.Usage{}, err)
+	connectFailure(p.cfg.LocalConnectFailuresRetryable).write(ctx)
+	if p.cfg.LocalConnectFailuresRetryable {
+		p.metrics.retryable(control.RetryLocalConnectFailure, fasthttp.StatusServiceUnavailable)
+	} else {
+		p.metrics.nonRetryable(control.RetryLocalConnectFailure)
+	}
+	p.addLoad(ctx, obs.g, gatewayID)
+}
+
+// classify applies the retry signalling of REFERENCE.md §4.6 item 9 to an engine response.
+func (p *Pylon) classify(h *fasthttp.ResponseHeader) {
+	status := h.StatusCode()
+	signalled := bytes.EqualFold(bytes.TrimSpace(h.Peek(p.cfg.UpstreamRetryHeader)), []byte("true"))
+	h.Del(p.cfg.UpstreamRetryHeader)
+	h.Del(control.HeaderRetryable)
+	h.Del(control.HeaderRetryReason)
+	h.Del(control.HeaderRetryAfterMs)
+	if !p.retryableStatus(status) {
+		if status >= 500 {
+			p.metrics.nonRetryable("upstream_nonretryable_status")
+		}
+		return
+	}
+	if !signalled && p.cfg.RequireUpstreamRetryHeader {
+		p.metrics.nonRetryable("missing_upstream_retry_header")
+		return
+	}
+	h.Set(control.HeaderRetryable, "true")
+	h.Set(control.HeaderRetryReason, control.RetryUpstreamAdmission)
+	if p.cfg.PropagateRetryAfter {
+		if s, err := strconv.ParseUint(string(bytes.TrimSpace(h.Peek("Retry-After"))), 10, 32); err == nil {
+			h.Set(control.HeaderRetryAfterMs, strconv.FormatUint(s*1000, 10))
+		}
+	}
+	p.metrics.retryable(control.RetryUpstreamAdmission, status)
+}
+
+func (p *Pylon) retryableStatus(s int) bool {
+	for _, r := range p.cfg.RetryableStatusCodes {
+		if r == s {
+			return true
+		}
+	}
+	return false
+}
+
+// addLoad sets x-pylon-load for the request's model.
+func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gatewayID string) {
+	s := g.snap.Load()
+	if s == nil {
+		return
+	}
+	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: s.load, DispatchSeq: p.seqOf(gatewayID)}
+	buf := control.AppendLoadReport(make([]byte, 0, 160), &r)
+	ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, buf)
+}
+
+// wantsStream reports whether the client asked for a streamed response.
+func wantsStream(ctx *fasthttp.RequestCtx) bool {
+	if bytes.Contains(ctx.Request.Header.Peek("Accept"), []byte("text/event-stream")) {
+		return true
+	}
+	body := ctx.Request.Body()
+	i := bytes.Index(body, []byte(`"stream"`))
+	if i < 0 {
+		return false
+	}
+	rest := bytes.TrimLeft(body[i+len(`"stream"`):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("true"))
+}
+
+// requestObserver reports one request's milestones to its generation actor and metrics.
+type requestObserver struct {
+	p       *Pylon
+	g       *generation
+	mm      *modelMetrics
+	id      string
+	start   time.Time
+	firstAt time.Time
+	status  int
+}
+
+func (o *requestObserver) headers(status int) {
+	o.status = status
+	o.mm.headers.Update(o.p.now().Sub(o.start).Seconds())
+	o.p.sys.Root.Send(o.g.pid, &responseStarted{id: o.id})
+}
+
+// FirstOutput implements relay.Observer.
+func (o *requestObserver) FirstOutput(at time.Time) {
+	o.firstAt = at
+	o.mm.first.Update(at.Sub(o.start).Seconds())
+	o.p.sys.Root.Send(o.g.pid, &firstOutput{id: o.id, at: at})
+}
+
+// Finished implements relay.Observer.
+func (o *requestObserver) Finished(at time.Time, u *relay.Usage, _ error) {
+	var decode time.Duration
+	if !o.firstAt.IsZero() {
+		decode = at.Sub(o.firstAt)
+	}
+	out := u.OutputTokens()
+	if u.HasUsage {
+		o.mm.usage.Inc()
+	} else {
+		o.mm.chunks.Inc()
+	}
+	o.mm.outTotal.AddInt64(int64(min(out, math.MaxInt64)))
+	o.mm.outHist.Update(float64(out))
+	o.mm.duration.Update(at.Sub(o.start).Seconds())
+	o.mm.status(o.status).Inc()
+	o.p.sys.Root.Send(o.g.pid, &finished{id: o.id, at: at, outputTokens: out, decode: decode})
+	o.p.inflight.Add(-1)
+}
+
+// complete reports a buffered (non-streamed) response: output and completion at once.
+func (o *requestObserver) complete(body []byte) {
+	var s relay.Scanner
+	s.JSON(body)
+	now := o.p.now()
+	if o.status < 300 {
+		o.FirstOutput(now)
+	}
+	o.Finished(now, &s.Usage, nil)
+}

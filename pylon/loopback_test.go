@@ -1,0 +1,340 @@
+package pylon_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/pylon"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		// protoactor's dead-letter throttle and process registry helpers outlive a system.
+		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+	)
+}
+
+var (
+	engineOnce sync.Once
+	enginePath string
+	errEngine  error
+)
+
+// engineBinary builds cmd/engine once per test binary.
+func engineBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("loopback test: skipped with -short")
+	}
+	engineOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pylon-engine") //nolint:usetesting // shared by every test of the binary
+		if err != nil {
+			errEngine = err
+			return
+		}
+		enginePath = filepath.Join(dir, "engine")
+		out, err := exec.Command("go", "build", "-o", enginePath, "../cmd/engine").CombinedOutput()
+		if err != nil {
+			errEngine = fmt.Errorf("go build: %w: %s", err, out)
+		}
+	})
+	if errEngine != nil {
+		t.Fatal(errEngine)
+	}
+	return enginePath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// startEngine runs bin/engine with args until the test ends; it returns the base URL.
+func startEngine(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := engineBinary(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, append([]string{"--http-listen-addr", addr, "--log-level", "error"}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, _, err := fasthttp.Get(nil, base+"/health")
+		if err == nil && status == 200 {
+			return base
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine did not come up: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// controlServer is a test gateway control endpoint recording registrations.
+type controlServer struct {
+	url  string
+	mu   sync.Mutex
+	regs []received
+	ch   chan received
+}
+
+type received struct {
+	at     time.Time
+	method string
+	reg    control.Registration
+}
+
+func startControl(t *testing.T) *controlServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &controlServer{url: "http://" + ln.Addr().String(), ch: make(chan received, 1024)}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		r := received{at: time.Now(), method: string(ctx.Method())}
+		if r.method == "PUT" {
+			id := strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath)
+			reg, err := control.ParseRegistration(id, ctx.PostBody())
+			if err != nil {
+				ctx.Error(err.Error(), 400)
+				return
+			}
+			r.reg = reg
+		}
+		cs.mu.Lock()
+		cs.regs = append(cs.regs, r)
+		cs.mu.Unlock()
+		select {
+		case cs.ch <- r:
+		default:
+		}
+		body, _ := json.Marshal(control.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
+		ctx.SetBody(body)
+	}}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		<-done
+	})
+	return cs
+}
+
+// await returns the first registration satisfying ok, failing after d.
+func (cs *controlServer) await(t *testing.T, d time.Duration, ok func(received) bool) received {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-cs.ch:
+			if ok(r) {
+				return r
+			}
+		case <-timer.C:
+			t.Fatalf("no matching registration within %v", d)
+		}
+	}
+}
+
+// startPylon runs a pylon in process until the test ends.
+func startPylon(t *testing.T, cfg pylon.Config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DrainTimeout = time.Second
+	p, err := pylon.New(cfg, pylon.Deps{Listener: ln})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func modelStats(r received, model string) (control.Stats, bool) {
+	m, ok := r.reg.Models[model]
+	return m.Stats, ok
+}
+
+func chatRequest(url, id string, inputTokens int, extra map[string]string) *fasthttp.Request {
+	const model = "dummy-model"
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI(url + "/v1/chat/completions")
+	req.Header.SetMethod("POST")
+	req.Header.Set(control.HeaderRequestID, id)
+	req.Header.Set(control.HeaderModel, model)
+	req.Header.Set(control.HeaderInputTokens, strconv.Itoa(inputTokens))
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
+	req.SetBodyString(`{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+	return req
+}
+
+func TestLoopbackRegistrationOnRequestStart(t *testing.T) {
+	t.Parallel()
+	engineURL := startEngine(t, "--ttft-ms", "300", "--token-delay-ms", "1", "--num-tokens", "2")
+	cs := startControl(t)
+	cfg := pylon.DefaultConfig()
+	cfg.UpstreamBaseURL, cfg.ModelNames, cfg.Gateways = engineURL, []string{"dummy-model"}, []string{cs.url}
+	cfg.MinUpdateInterval = 5 * time.Second // heartbeats cannot explain a fast update
+	cfg.EngineStatsStream = "off"
+	url := startPylon(t, cfg)
+	first := cs.await(t, 3*time.Second, func(r received) bool { _, ok := modelStats(r, "dummy-model"); return ok })
+	if s, _ := modelStats(first, "dummy-model"); s.NumRunningQueries != 0 {
+		t.Fatalf("idle registration: %+v", s)
+	}
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		req := chatRequest(url, "reg-1", 100, nil)
+		defer fasthttp.ReleaseRequest(req)
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(resp)
+		errc <- fasthttp.Do(req, resp)
+	}()
+	r := cs.await(t, 2*time.Second, func(r received) bool { s, _ := modelStats(r, "dummy-model"); return s.NumRunningQueries == 1 })
+	lag := r.at.Sub(start)
+	t.Logf("registration with the running request arrived %v after the request started (coalesce %v)", lag, cfg.StatsUpdateCoalesce)
+	if lag > cfg.StatsUpdateCoalesce+90*time.Millisecond {
+		t.Errorf("registration lag %v, want within one coalesce interval (+ loopback slack)", lag)
+	}
+	if r.reg.DispatchSeq != 0 || r.reg.URL != url || r.reg.ClusterID != "pylon" {
+		t.Errorf("registration identity: %+v", r.reg)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
+	t.Parallel()
+	engineURL := startEngine(t, "--ttft-ms", "1500", "--token-delay-ms", "1", "--num-tokens", "1", "--max-concurrent-requests", "2")
+	cfg := pylon.DefaultConfig()
+	cfg.UpstreamBaseURL, cfg.ModelNames = engineURL, []string{"dummy-model"}
+	cfg.MaxEngineConcurrency, cfg.InitialInputTPS, cfg.PinInputTPS = 2, 1000, true
+	url := startPylon(t, cfg)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			req := chatRequest(url, fmt.Sprint("hold-", i), 1000, map[string]string{control.HeaderExpectedQueueMs: "0"})
+			defer fasthttp.ReleaseRequest(req)
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseResponse(resp)
+			if err := fasthttp.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				t.Errorf("holding request %d: %v %d", i, err, resp.StatusCode())
+			}
+		})
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(scrape(t, url), `pylon_requests_inflight{model="dummy-model"} 2`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two holding requests never became live")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := engineLoad(t, engineURL)
+	for before != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine holds %d requests, want 2", before)
+		}
+		time.Sleep(5 * time.Millisecond)
+		before = engineLoad(t, engineURL)
+	}
+	req := chatRequest(url, "rejected", 10, map[string]string{control.HeaderExpectedQueueMs: "0", control.HeaderDispatchSeq: "gw/7"})
+	resp := fasthttp.AcquireResponse()
+	if err := fasthttp.Do(req, resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode() != 429 || string(resp.Header.Peek(control.HeaderRetryable)) != "true" ||
+		string(resp.Header.Peek(control.HeaderRetryReason)) != control.RetryQueueEstimateMismatch ||
+		string(resp.Header.ContentType()) != "application/problem+json" {
+		t.Fatalf("want 429 queue_estimate_mismatch, got %d %s\n%s", resp.StatusCode(), resp.Header.String(), resp.Body())
+	}
+	var body map[string]any
+	if err := json.Unmarshal(resp.Body(), &body); err != nil || body["reason"] != control.RetryQueueEstimateMismatch ||
+		body["actual_queue_ms"] != float64(2000) || body["threshold_ms"] != float64(25) || body["status"] != float64(429) {
+		t.Errorf("problem body %s (%v)", resp.Body(), err)
+	}
+	lr, err := control.ParseLoadReport(string(resp.Header.Peek(control.HeaderPylonLoad)))
+	if err != nil || lr.Load.RunningRequests != 2 || lr.Load.MaxEngineConcurrency != 2 || lr.DispatchSeq != 0 {
+		t.Errorf("x-pylon-load %+v %v", lr, err)
+	}
+	if after := engineLoad(t, engineURL); after != before {
+		t.Errorf("the engine saw the rejected request: load %d → %d", before, after)
+	}
+	fasthttp.ReleaseRequest(req)
+	fasthttp.ReleaseResponse(resp)
+	wg.Wait()
+	if m := scrape(t, url); !strings.Contains(m, `result="rejected"} 1`) || !strings.Contains(m, `result="accepted"} 2`) {
+		t.Errorf("decision counters:\n%s", m)
+	}
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	_, body, err := fasthttp.Get(nil, url+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// engineLoad is the engine's running + waiting from its /metrics.
+func engineLoad(t *testing.T, engineURL string) int {
+	t.Helper()
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(scrape(t, engineURL)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "vllm:num_requests_running") || strings.HasPrefix(line, "vllm:num_requests_waiting") {
+			var v float64
+			_, _ = fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			total += int(v)
+		}
+	}
+	return total
+}

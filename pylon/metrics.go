@@ -1,0 +1,183 @@
+package pylon
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/stats"
+)
+
+// Metric names (REFERENCE.md §4.8), without the configurable prefix.
+const (
+	mTargetInfo          = "target_info"
+	mRegistrationConn    = "registration_stream_connected"
+	mRequestsInflight    = "requests_inflight"
+	mRequestsState       = "requests_state"
+	mRequestsStateTokens = "requests_state_input_tokens"
+	mRequestsTotal       = "requests_total"
+	mTimeToHeaders       = "request_time_to_response_headers_seconds"
+	mTimeToFirstOutput   = "request_time_to_first_output_seconds"
+	mRequestDuration     = "request_duration_seconds"
+	mInputTokensTotal    = "request_input_tokens_total"
+	mOutputTokensTotal   = "request_output_tokens_total"
+	mStatsSourcesTotal   = "request_stats_sources_total"
+	mInputTokens         = "request_input_tokens"
+	mOutputTokens        = "request_output_tokens"
+	mStreamConnected     = "engine_stats_stream_connected"
+	mDiscoveryPolls      = "model_discovery_polls_total"
+	mDiscoveryModels     = "model_discovery_models"
+	mRetryable           = "retryable_responses_total"
+	mNonRetryable        = "nonretryable_failures_total"
+	mAdmissionDecisions  = "queue_admission_decisions_total"
+	mAdmissionExpectedMs = "queue_admission_expected_ms"
+	mAdmissionActualMs   = "queue_admission_actual_ms"
+	mModelOutputTPS      = "model_output_tps"
+	mModelInputTPS       = "model_last_mean_input_tps"
+	mModelMaxOutputTPS   = "model_max_output_tps"
+	mModelQueueSize      = "model_queue_size"
+	mModelQueuedTokens   = "model_queued_input_tokens" //nolint:gosec // a metric name, not a credential
+	mModelKVCapacity     = "model_kv_cache_capacity_tokens"
+	mModelKVUsed         = "model_kv_cache_used_tokens"
+	mModelKVFree         = "model_kv_cache_free_tokens"
+	mModelMaxConcurrency = "model_max_engine_concurrency"
+	mModelAdvertised     = "model_advertised_status"
+)
+
+var (
+	secondsBuckets = metrics.ExponentialBuckets(0.0005, 2, 18) // 0.5 ms … 65 s
+	tokenBuckets   = metrics.ExponentialBuckets(16, 2, 14)     // 16 … 131 072 tokens
+	msBuckets      = metrics.ExponentialBuckets(1, 2, 18)      // 1 ms … 131 s
+)
+
+func escape(v string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
+}
+
+// pylonMetrics is one pylon's metric set.
+type pylonMetrics struct {
+	set    *metrics.Set
+	prefix string
+	id     string
+}
+
+func newPylonMetrics(prefix, id, version string) *pylonMetrics {
+	m := &pylonMetrics{set: metrics.NewSet(), prefix: prefix, id: escape(id)}
+	m.set.GetOrCreateGauge(prefix+mTargetInfo+`{service_name="pylon",service_version="`+escape(version)+`",commit="`+escape(version)+`"}`, func() float64 { return 1 })
+	return m
+}
+
+func (m *pylonMetrics) counter(name string) *metrics.Counter {
+	return m.set.GetOrCreateCounter(m.prefix + name)
+}
+
+func (m *pylonMetrics) gauge(name string) *metrics.Gauge {
+	return m.set.GetOrCreateGauge(m.prefix+name, nil)
+}
+
+func (m *pylonMetrics) retryable(reason string, status int) {
+	m.counter(mRetryable + `{inference_server_id="` + m.id + `",reason="` + reason + `",status="` + strconv.Itoa(status) + `"}`).Inc()
+}
+
+func (m *pylonMetrics) nonRetryable(reason string) {
+	m.counter(mNonRetryable + `{inference_server_id="` + m.id + `",reason="` + reason + `"}`).Inc()
+}
+
+// modelMetrics are the cached series of one model (all generations share them).
+type modelMetrics struct {
+	m         *pylonMetrics
+	label     string
+	decisions []*metrics.Counter
+	expected  *metrics.PrometheusHistogram
+	actual    *metrics.PrometheusHistogram
+	headers   *metrics.PrometheusHistogram
+	first     *metrics.PrometheusHistogram
+	duration  *metrics.PrometheusHistogram
+	inTotal   *metrics.Counter
+	outTotal  *metrics.Counter
+	inHist    *metrics.PrometheusHistogram
+	outHist   *metrics.PrometheusHistogram
+	usage     *metrics.Counter
+	chunks    *metrics.Counter
+
+	mu       sync.Mutex
+	byStatus map[int]*metrics.Counter
+}
+
+func newModelMetrics(m *pylonMetrics, model string, snap func() *genSnapshot) *modelMetrics {
+	l := escape(model)
+	ml := `{model="` + l + `"}`
+	mm := &modelMetrics{m: m, label: l, byStatus: map[int]*metrics.Counter{}, decisions: make([]*metrics.Counter, len(admission.Results))}
+	for _, r := range admission.Results {
+		mm.decisions[r] = m.counter(mAdmissionDecisions + `{inference_server_id="` + m.id + `",model_id="` + l + `",result="` + r.String() + `"}`)
+	}
+	il := `{inference_server_id="` + m.id + `",model_id="` + l + `"}`
+	s, p := m.set, m.prefix
+	mm.expected = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionExpectedMs+il, msBuckets)
+	mm.actual = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionActualMs+il, msBuckets)
+	mm.headers = s.GetOrCreatePrometheusHistogramExt(p+mTimeToHeaders+ml, secondsBuckets)
+	mm.first = s.GetOrCreatePrometheusHistogramExt(p+mTimeToFirstOutput+ml, secondsBuckets)
+	mm.duration = s.GetOrCreatePrometheusHistogramExt(p+mRequestDuration+ml, secondsBuckets)
+	mm.inTotal = m.counter(mInputTokensTotal + ml)
+	mm.outTotal = m.counter(mOutputTokensTotal + ml)
+	mm.inHist = s.GetOrCreatePrometheusHistogramExt(p+mInputTokens+ml, tokenBuckets)
+	mm.outHist = s.GetOrCreatePrometheusHistogramExt(p+mOutputTokens+ml, tokenBuckets)
+	mm.usage = m.counter(mStatsSourcesTotal + `{model="` + l + `",source="usage"}`)
+	mm.chunks = m.counter(mStatsSourcesTotal + `{model="` + l + `",source="chunks"}`)
+	get := func(f func(g *genSnapshot) float64) func() float64 {
+		return func() float64 {
+			if g := snap(); g != nil {
+				return f(g)
+			}
+			return 0
+		}
+	}
+	s.GetOrCreateGauge(p+mRequestsInflight+ml, get(func(g *genSnapshot) float64 { return float64(g.load.RunningRequests) }))
+	for _, ph := range stats.Phases {
+		sl := `{model="` + l + `",state="` + ph.String() + `"}`
+		s.GetOrCreateGauge(p+mRequestsState+sl, get(func(g *genSnapshot) float64 { return float64(g.phases[ph].requests) }))
+		s.GetOrCreateGauge(p+mRequestsStateTokens+sl, get(func(g *genSnapshot) float64 { return float64(g.phases[ph].tokens) }))
+	}
+	for name, f := range map[string]func(g *genSnapshot) float64{
+		mModelOutputTPS:      func(g *genSnapshot) float64 { return g.load.OutputTPS },
+		mModelInputTPS:       func(g *genSnapshot) float64 { return g.load.InputTPS },
+		mModelMaxOutputTPS:   func(g *genSnapshot) float64 { return g.load.MaxOutputTPS },
+		mModelQueueSize:      func(g *genSnapshot) float64 { return float64(g.load.QueueSize) },
+		mModelQueuedTokens:   func(g *genSnapshot) float64 { return float64(g.load.QueuedInputTokens) },
+		mModelKVCapacity:     func(g *genSnapshot) float64 { return float64(g.load.KVCapacityTokens) },
+		mModelKVUsed:         func(g *genSnapshot) float64 { return float64(g.load.KVUsedTokens) },
+		mModelKVFree:         func(g *genSnapshot) float64 { return float64(g.load.KVFreeTokens) },
+		mModelMaxConcurrency: func(g *genSnapshot) float64 { return float64(g.load.MaxEngineConcurrency) },
+	} {
+		s.GetOrCreateGauge(p+name+ml, get(f))
+	}
+	s.GetOrCreateGauge(p+mModelAdvertised+`{model="`+l+`",status="ACTIVE"}`, func() float64 {
+		if snap() != nil {
+			return 1
+		}
+		return 0
+	})
+	return mm
+}
+
+func (mm *modelMetrics) status(code int) *metrics.Counter {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	c, ok := mm.byStatus[code]
+	if !ok {
+		c = mm.m.counter(mRequestsTotal + `{model="` + mm.label + `",status="` + strconv.Itoa(code) + `"}`)
+		mm.byStatus[code] = c
+	}
+	return c
+}
+
+func (mm *modelMetrics) decision(d admission.Decision) {
+	mm.decisions[d.Result].Inc()
+	if d.Result == admission.Accepted || d.Result == admission.Rejected {
+		mm.expected.Update(float64(d.ExpectedMs))
+		mm.actual.Update(float64(d.ActualMs))
+	}
+}

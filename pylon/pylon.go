@@ -1,0 +1,473 @@
+// Package pylon is the sidecar next to one inference engine (DESIGN.md §3, §5; REFERENCE.md
+// §4): it relays the gateway's requests to the engine over fasthttp while observing the
+// stream, runs local queue admission, keeps one protoactor actor per model generation with
+// the per-model aggregate, ingests the engine's own stats, and registers the full snapshot
+// with every gateway through one registrar actor each.
+package pylon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/pylon/engine"
+	"github.com/switchyard/switchyard/pylon/register"
+	"github.com/switchyard/switchyard/pylon/stats"
+)
+
+// Deps are the pylon's collaborators; zero fields get production defaults.
+type Deps struct {
+	Logger *slog.Logger
+	Now    func() time.Time
+	// Dial connects to the engine and to gateways (default: TCP).
+	Dial func(addr string) (net.Conn, error)
+	// Listener, when set, is served instead of listening on Config.ListenAddr.
+	Listener net.Listener
+	// Version is reported in target_info.
+	Version string
+}
+
+// Pylon is one sidecar instance.
+type Pylon struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	sys     *actor.ActorSystem
+	metrics *pylonMetrics
+
+	client       *fasthttp.HostClient
+	control      *fasthttp.Client
+	upstreamHost string
+	server       *fasthttp.Server
+	ln           net.Listener
+
+	models   atomic.Pointer[map[string]*modelEntry]
+	modelsMu sync.Mutex // serializes writers of models
+	nextGen  atomic.Uint64
+
+	seqMu sync.Mutex
+	seqs  map[string]uint64
+
+	registrars []*actor.PID
+	draining   atomic.Bool
+	inflight   atomic.Int64
+}
+
+// New validates cfg and builds a pylon that is not yet running.
+func New(cfg Config, deps Deps) (*Pylon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if cfg.ClusterID == "" {
+		cfg.ClusterID = cfg.ID
+	}
+	u, _ := url.Parse(cfg.UpstreamBaseURL)
+	p := &Pylon{
+		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
+		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host,
+		seqs: map[string]uint64{}, ln: deps.Listener,
+	}
+	empty := map[string]*modelEntry{}
+	p.models.Store(&empty)
+	var dial fasthttp.DialFunc
+	if deps.Dial != nil {
+		dial = fasthttp.DialFunc(deps.Dial)
+	}
+	p.client = &fasthttp.HostClient{
+		Addr: u.Host, Dial: dial, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
+		MaxIdleConnDuration: 4 * time.Second, NoDefaultUserAgentHeader: true,
+		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+			// A reused keep-alive connection the engine already closed: safe to resend once.
+			return false, attempts < 2 && errors.Is(err, fasthttp.ErrConnectionClosed)
+		},
+	}
+	p.control = &fasthttp.Client{Dial: dial, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
+	p.server = &fasthttp.Server{
+		Handler: p.serve, Name: "switchyard-pylon", NoDefaultServerHeader: true, NoDefaultContentType: true,
+		MaxRequestBodySize: cfg.MaxRequestBodyBytes, CloseOnShutdown: true,
+		Logger: fasthttpLogger{p.log},
+	}
+	p.sys = actors.NewSystem(p.log)
+	return p, nil
+}
+
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
+}
+
+// Addr returns the data listener's address once Run has started listening.
+func (p *Pylon) Addr() net.Addr {
+	if p.ln == nil {
+		return nil
+	}
+	return p.ln.Addr()
+}
+
+func (p *Pylon) lookup(model []byte) *modelEntry {
+	return (*p.models.Load())[string(model)]
+}
+
+func (p *Pylon) noteSeq(gatewayID string, seq uint64) {
+	p.seqMu.Lock()
+	if seq > p.seqs[gatewayID] {
+		p.seqs[gatewayID] = seq
+	}
+	p.seqMu.Unlock()
+}
+
+func (p *Pylon) seqOf(gatewayID string) uint64 {
+	if gatewayID == "" {
+		return 0
+	}
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	return p.seqs[gatewayID]
+}
+
+// setModels makes exactly names served: new models get a new generation, models no
+// longer listed have their generation retired.
+func (p *Pylon) setModels(names []string) {
+	p.modelsMu.Lock()
+	defer p.modelsMu.Unlock()
+	old := *p.models.Load()
+	next := make(map[string]*modelEntry, len(old)+len(names))
+	for k, v := range old {
+		next[k] = v
+	}
+	changed := false
+	for _, name := range names {
+		e, ok := next[name]
+		if !ok {
+			e = &modelEntry{name: name}
+			e.metrics = newModelMetrics(p.metrics, name, func() *genSnapshot {
+				if g := e.cur.Load(); g != nil {
+					return g.snap.Load()
+				}
+				return nil
+			})
+			next[name] = e
+		}
+		if e.cur.Load() == nil {
+			e.cur.Store(p.spawnGeneration(name))
+			changed = true
+			p.log.Info("model_generation_started", "model", name, "generation", e.cur.Load().gen)
+		}
+	}
+	for name, e := range next {
+		if g := e.cur.Load(); g != nil && !slices.Contains(names, name) {
+			e.cur.Store(nil)
+			p.sys.Root.Send(g.pid, &retire{})
+			changed = true
+			p.log.Info("model_generation_retired", "model", name, "generation", g.gen)
+		}
+	}
+	p.models.Store(&next)
+	if changed {
+		p.publish()
+	}
+}
+
+func (p *Pylon) spawnGeneration(model string) *generation {
+	g := &generation{model: model, gen: p.nextGen.Add(1)}
+	agg := stats.NewAggregate(model, g.gen, stats.Options{
+		FallbackConcurrency: p.cfg.MaxEngineConcurrency, InitialInputTPS: p.cfg.InitialInputTPS, PinInputTPS: p.cfg.PinInputTPS,
+	})
+	a := &genActor{g: g, agg: agg, adm: p.cfg.Admission, now: p.now, onChange: p.publish}
+	now := p.now()
+	a.publish(now) // the first registration already carries the fallback concurrency
+	g.pid = p.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	return g
+}
+
+// publish tells every registrar that the snapshot changed.
+func (p *Pylon) publish() {
+	for _, pid := range p.registrars {
+		p.sys.Root.Send(pid, register.Publish{})
+	}
+}
+
+// snapshot is the registration for the gateway with id gatewayID.
+func (p *Pylon) snapshot(gatewayID string) control.Registration {
+	status := control.StatusActive
+	if p.draining.Load() {
+		status = control.StatusInactive
+	}
+	reg := control.Registration{
+		ID: p.cfg.ID, URL: p.advertiseURL(), ClusterID: p.cfg.ClusterID, DispatchSeq: p.seqOf(gatewayID),
+		Models: map[string]control.Model{},
+	}
+	for name, e := range *p.models.Load() {
+		g := e.cur.Load()
+		if g == nil {
+			continue
+		}
+		s := g.snap.Load()
+		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Stats: control.StatsFromLoad(&s.load)}
+	}
+	return reg
+}
+
+func (p *Pylon) advertiseURL() string {
+	if p.cfg.AdvertiseURL != "" {
+		return p.cfg.AdvertiseURL
+	}
+	if p.ln != nil {
+		return "http://" + p.ln.Addr().String()
+	}
+	return "http://" + p.cfg.ListenAddr
+}
+
+// update routes a model update to the current generation of model ("" = every model).
+func (p *Pylon) update(model string, u stats.Update) {
+	send := func(g *generation) {
+		u.Generation = g.gen
+		p.sys.Root.Send(g.pid, &updated{update: u})
+	}
+	if model == "" {
+		for _, e := range *p.models.Load() {
+			if g := e.cur.Load(); g != nil {
+				send(g)
+			}
+		}
+		return
+	}
+	if e := p.lookup([]byte(model)); e != nil {
+		if g := e.cur.Load(); g != nil {
+			send(g)
+		}
+	}
+}
+
+// EngineStats implements engine.Sink.
+func (p *Pylon) EngineStats(model string, ev *stats.RequestEvent) {
+	p.update(model, stats.Update{Stats: ev})
+}
+
+// EnginePing implements engine.Sink.
+func (p *Pylon) EnginePing(model string, r *stats.ConcurrencyReport) {
+	p.update(model, stats.Update{Concurrency: r})
+}
+
+// EngineKV implements engine.Sink.
+func (p *Pylon) EngineKV(model string, kv stats.KVStats) { p.update(model, stats.Update{KV: &kv}) }
+
+// EngineMetrics implements engine.Sink.
+func (p *Pylon) EngineMetrics(model string, m stats.EngineMetrics) {
+	p.update(model, stats.Update{Metrics: &m})
+}
+
+// transport performs one control-plane request.
+func (p *Pylon) transport(_ context.Context, method, uri, token string, body []byte) (int, []byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(uri)
+	req.Header.SetMethod(method)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(body)
+	}
+	if err := p.control.DoTimeout(req, resp, register.DefaultSendTimeout); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode(), bytes.Clone(resp.Body()), nil
+}
+
+// Run serves until ctx is done, then drains: it stops admitting (new requests get a
+// retryable 503 and gateways see the models INACTIVE), waits up to DrainTimeout for
+// in-flight requests, deregisters with DELETE and shuts down.
+func (p *Pylon) Run(ctx context.Context) error {
+	if p.ln == nil {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", p.cfg.ListenAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", p.cfg.ListenAddr, err)
+		}
+		p.ln = ln
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.server.Serve(p.ln) }()
+	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
+
+	loops, cancelLoops := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	p.startEngineLoops(loops, &wg)
+	for _, gw := range p.cfg.Gateways {
+		router := escape(gw)
+		connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
+		pid := p.sys.Root.Spawn(register.Props(
+			register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
+			register.Deps{
+				Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log,
+				OnConnected: func(ok bool) {
+					if ok {
+						connected.Set(1)
+					} else {
+						connected.Set(0)
+					}
+				},
+			}))
+		p.registrars = append(p.registrars, pid)
+	}
+
+	if len(p.cfg.ModelNames) > 0 {
+		p.setModels(p.cfg.ModelNames)
+	} else {
+		wg.Go(func() { p.discover(loops) })
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+		serveErr = nil
+	}
+	p.shutdown()
+	cancelLoops()
+	if serveErr != nil {
+		runErr = errors.Join(runErr, p.server.Shutdown(), <-serveErr)
+	} else {
+		runErr = errors.Join(runErr, p.server.Shutdown())
+	}
+	wg.Wait()
+	p.control.CloseIdleConnections()
+	p.client.CloseIdleConnections()
+	p.sys.Shutdown()
+	return runErr
+}
+
+func (p *Pylon) shutdown() {
+	p.draining.Store(true)
+	p.publish() // models INACTIVE
+	deadline := p.now().Add(p.cfg.DrainTimeout)
+	for p.inflight.Load() > 0 && p.now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, pid := range p.registrars {
+		_ = p.sys.Root.PoisonFuture(pid).Wait()
+	}
+	for _, gw := range p.cfg.Gateways {
+		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
+		p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
+	}
+	for _, e := range *p.models.Load() {
+		if g := e.cur.Load(); g != nil {
+			_ = p.sys.Root.StopFuture(g.pid).Wait()
+		}
+	}
+}
+
+func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
+	base := p.cfg.UpstreamBaseURL
+	if p.cfg.EngineStatsStream != engine.ModeOff {
+		streamClient := &fasthttp.HostClient{Addr: p.upstreamHost, Dial: p.client.Dial, MaxIdleConnDuration: time.Second}
+		connected := p.metrics.gauge(mStreamConnected + `{mode="` + p.cfg.EngineStatsStream + `"}`)
+		s := &engine.StatsStream{
+			Client: streamClient, BaseURL: base, Path: p.cfg.EngineStatsStreamPath, Mode: p.cfg.EngineStatsStream,
+			Sink: p, Logger: p.log, Metrics: engine.StreamMetrics{Set: p.metrics.set, Prefix: p.cfg.MetricsPrefix},
+			OnConnected: func(ok bool) {
+				if ok {
+					connected.Set(1)
+				} else {
+					connected.Set(0)
+				}
+			},
+		}
+		wg.Go(func() {
+			_ = s.Run(ctx)
+			streamClient.CloseIdleConnections()
+		})
+	}
+	if p.cfg.KVCacheStatsPath != "" {
+		kv := &engine.Poller{Client: p.client, BaseURL: base, Path: p.cfg.KVCacheStatsPath, Sink: p, Logger: p.log}
+		wg.Go(func() { kv.Run(ctx) })
+	}
+	if d := p.cfg.EngineMetrics; d == engine.DialectVLLM || d == engine.DialectSGLang {
+		sc := &engine.Poller{Client: p.client, BaseURL: base, Path: "/metrics", Sink: p, Logger: p.log, Dialect: d}
+		wg.Go(func() { sc.Run(ctx) })
+	}
+}
+
+type modelList struct {
+	Data []struct {
+		ID string `json:"id"`
+	} `json:"data"`
+}
+
+// discover polls GET /v1/models and applies the list (first poll retried every 500 ms).
+func (p *Pylon) discover(ctx context.Context) {
+	polls := func(outcome string) {
+		p.metrics.counter(mDiscoveryPolls + `{provider="openai",outcome="` + outcome + `"}`).Inc()
+	}
+	count := p.metrics.gauge(mDiscoveryModels + `{provider="openai"}`)
+	interval := 500 * time.Millisecond
+	for {
+		names, err := p.listModels()
+		if err != nil {
+			polls("error")
+			p.log.Debug("model_discovery_failed", "err", err)
+		} else {
+			polls("ok")
+			count.Set(float64(len(names)))
+			p.setModels(names)
+			interval = p.cfg.DiscoveryPollInterval
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *Pylon) listModels() ([]string, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(p.cfg.UpstreamBaseURL + "/v1/models")
+	if err := p.client.DoTimeout(req, resp, 5*time.Second); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, fmt.Errorf("GET /v1/models: status %d", resp.StatusCode())
+	}
+	var l modelList
+	if err := json.Unmarshal(resp.Body(), &l); err != nil {
+		return nil, fmt.Errorf("GET /v1/models: %w", err)
+	}
+	names := make([]string, 0, len(l.Data))
+	for _, m := range l.Data {
+		if m.ID != "" && !slices.Contains(names, m.ID) {
+			names = append(names, m.ID)
+		}
+	}
+	return names, nil
+}

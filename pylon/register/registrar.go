@@ -1,0 +1,210 @@
+// Package register is the pylon's registrar: one protoactor actor per gateway that PUTs the
+// full registration snapshot (DESIGN.md §5.3) every heartbeat and, coalesced, on every
+// change, backs off exponentially with jitter while the gateway is unreachable or refuses,
+// and learns the gateway's id from its ack. The HTTP exchange runs in a goroutine the actor
+// starts; its result comes back as a message, so Receive never blocks.
+package register
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// Defaults of the registration cadence.
+const (
+	DefaultHeartbeat   = time.Second
+	DefaultCoalesce    = 10 * time.Millisecond
+	BackoffMin         = time.Second
+	BackoffMax         = 30 * time.Second
+	BackoffJitter      = 0.2
+	DefaultSendTimeout = 5 * time.Second
+)
+
+// Publish tells a registrar that the snapshot changed; it sends within one coalesce interval.
+type Publish struct{}
+
+// sent is the result of one PUT.
+type sent struct {
+	status int
+	ack    control.RegistrationAck
+	err    error
+}
+
+// Transport performs one control request and returns the status and body.
+type Transport func(ctx context.Context, method, url, token string, body []byte) (status int, respBody []byte, err error)
+
+// Config configures one registrar.
+type Config struct {
+	// GatewayURL is the gateway base URL, e.g. http://127.0.0.1:8000.
+	GatewayURL string
+	// ID is the inference server id (the path element).
+	ID string
+	// Token is the bearer token ("" = none).
+	Token string
+	// Heartbeat is the full-snapshot period (default 1 s).
+	Heartbeat time.Duration
+	// Coalesce is the minimum spacing of change-driven sends (default 10 ms).
+	Coalesce time.Duration
+}
+
+// Deps are the registrar's collaborators.
+type Deps struct {
+	// Snapshot builds the registration for the gateway with the given id ("" until the
+	// first ack).
+	Snapshot  func(gatewayID string) control.Registration
+	Transport Transport
+	Now       func() time.Time
+	Logger    *slog.Logger
+	// Jitter scales a backoff by a random factor in [1−0.2, 1+0.2] (default math/rand).
+	Jitter func(time.Duration) time.Duration
+	// OnConnected reports whether the last exchange succeeded (metrics).
+	OnConnected func(bool)
+	// OnAck reports the gateway id learned from an ack.
+	OnAck func(gatewayID string)
+}
+
+// Registrar is the actor. Create it with New and spawn it with Props.
+type Registrar struct {
+	cfg  Config
+	deps Deps
+
+	alarm     *actors.Alarm
+	gatewayID string
+	inFlight  bool
+	dirty     bool
+	lastSent  time.Time
+	failing   bool
+	nextAt    time.Time
+	backoff   time.Duration
+	sends     uint64
+}
+
+// Props returns the props of a registrar for cfg.
+func Props(cfg Config, deps Deps) *actor.Props {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.Coalesce <= 0 {
+		cfg.Coalesce = DefaultCoalesce
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Jitter == nil {
+		deps.Jitter = func(d time.Duration) time.Duration {
+			return time.Duration(float64(d) * (1 - BackoffJitter + 2*BackoffJitter*rand.Float64()))
+		}
+	}
+	deps.Logger = deps.Logger.With("component", "registrar", "gateway", cfg.GatewayURL)
+	return actor.PropsFromProducer(func() actor.Actor { return &Registrar{cfg: cfg, deps: deps, backoff: BackoffMin} })
+}
+
+// Receive implements actor.Actor.
+func (r *Registrar) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		r.alarm = actors.NewAlarm(c.ActorSystem().Root, c.Self())
+		r.dirty = true
+		r.step(c)
+	case *actor.Stopping:
+		r.alarm.Stop()
+	case Publish, *Publish:
+		r.dirty = true
+		r.step(c)
+	case actors.Tick:
+		r.alarm.Fired()
+		r.step(c)
+	case *sent:
+		r.inFlight = false
+		r.done(m)
+		r.step(c)
+	default:
+	}
+}
+
+func (r *Registrar) done(m *sent) {
+	ok := m.err == nil && m.status == 200
+	if r.deps.OnConnected != nil {
+		r.deps.OnConnected(ok)
+	}
+	if ok {
+		if r.failing {
+			r.deps.Logger.Info("registration_recovered")
+		}
+		r.failing, r.backoff = false, BackoffMin
+		if m.ack.GatewayID != "" && m.ack.GatewayID != r.gatewayID {
+			r.gatewayID = m.ack.GatewayID
+			if r.deps.OnAck != nil {
+				r.deps.OnAck(r.gatewayID)
+			}
+			r.dirty = true // resend with this gateway's dispatch sequence
+		}
+		return
+	}
+	now := r.deps.Now()
+	wait := r.deps.Jitter(r.backoff)
+	r.deps.Logger.Warn("registration_failed", "status", m.status, "err", m.err, "retry_in", wait)
+	r.failing, r.nextAt = true, now.Add(wait)
+	r.backoff = min(2*r.backoff, BackoffMax)
+}
+
+// step sends when due, else arms the alarm for the next due time.
+func (r *Registrar) step(c actor.Context) {
+	if r.inFlight {
+		return
+	}
+	now := r.deps.Now()
+	var due time.Time
+	switch {
+	case r.failing:
+		due = r.nextAt
+	case r.dirty:
+		due = r.lastSent.Add(r.cfg.Coalesce)
+	default:
+		due = r.lastSent.Add(r.cfg.Heartbeat)
+	}
+	if now.Before(due) {
+		r.alarm.Arm(now, due)
+		return
+	}
+	r.send(c, now)
+}
+
+func (r *Registrar) send(c actor.Context, now time.Time) {
+	reg := r.deps.Snapshot(r.gatewayID)
+	reg.HeartbeatMs = uint64(max(r.cfg.Heartbeat.Milliseconds(), 0))
+	body, err := json.Marshal(&reg)
+	if err != nil {
+		r.deps.Logger.Error("registration_encode_failed", "err", err)
+		return
+	}
+	r.inFlight, r.dirty, r.lastSent = true, false, now
+	r.sends++
+	root, self := c.ActorSystem().Root, c.Self()
+	url := r.cfg.GatewayURL + control.RegistrationPath + r.cfg.ID
+	transport, token := r.deps.Transport, r.cfg.Token
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultSendTimeout)
+		defer cancel()
+		status, respBody, err := transport(ctx, "PUT", url, token, body)
+		res := &sent{status: status, err: err}
+		if err == nil && status == 200 {
+			if jerr := json.Unmarshal(respBody, &res.ack); jerr != nil {
+				res.err = fmt.Errorf("decode ack: %w", jerr)
+			}
+		}
+		root.Send(self, res)
+	}()
+}

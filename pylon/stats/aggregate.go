@@ -1,0 +1,474 @@
+// Package stats is the pylon's per-model aggregate (REFERENCE.md §4.3, §4.4, §4.7): request
+// phases with per-priority prompt work, the sticky input-throughput distribution, the
+// windowed output throughput, KV cache figures, the engine concurrency report and the
+// sticky source labels, all combined into the load.Load that is published. Pure: every
+// method takes now; nothing here reads a clock, logs or does I/O.
+package stats
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/pylon/admission"
+)
+
+// Phase is where a live request is.
+type Phase uint8
+
+// Request phases: Pending from admission until the engine's response headers,
+// InputProcessing until the first output, OutputGeneration until completion.
+const (
+	Pending Phase = iota
+	InputProcessing
+	OutputGeneration
+	numPhases
+)
+
+// String returns the metric label of p.
+func (p Phase) String() string {
+	switch p {
+	case Pending:
+		return "pending"
+	case InputProcessing:
+		return "input_processing"
+	case OutputGeneration:
+		return "output_generation"
+	default:
+		return "unknown"
+	}
+}
+
+// Phases lists every phase (for pre-creating metric series).
+var Phases = []Phase{Pending, InputProcessing, OutputGeneration}
+
+// Source and capability labels (sticky, REFERENCE.md §4.3 #16 and #17).
+const (
+	SourceChunkUsage        = "chunk_usage"
+	SourceKVCacheStats      = "kv_cache_stats"
+	SourceEngineStatsStream = "engine_stats_stream"
+	SourceEngineMetrics     = "engine_metrics"
+
+	CapabilityChunkUsage   = "request.output.chunk_usage"
+	CapabilityKVCacheHTTP  = "machine.kv_cache.http"
+	CapabilityEngineStream = "model.throughput.engine_stream"
+	CapabilityEngineScrape = "machine.engine.metrics"
+)
+
+// Staleness and sampling constants (REFERENCE.md §4.4, §4.7).
+const (
+	RequestStateTTL  = 300 * time.Second
+	ModelStatsTTL    = 30 * time.Second
+	MinSampleSpacing = 10 * time.Millisecond
+)
+
+// Options configure a new aggregate.
+type Options struct {
+	// FallbackConcurrency is --max-engine-concurrency (0 = none).
+	FallbackConcurrency uint64
+	// InitialInputTPS bootstraps the input throughput (0 = none).
+	InitialInputTPS float64
+	// PinInputTPS keeps InitialInputTPS as the published value.
+	PinInputTPS bool
+}
+
+type request struct {
+	priority    uint32
+	inputTokens uint64
+	phase       Phase
+	admittedAt  time.Time
+}
+
+type engineRequest struct {
+	processed, generated uint64
+	at, genAt            time.Time
+	lastSeen             time.Time
+	startKnown           bool
+	finished             bool
+}
+
+// Aggregate is one model generation's state. Not safe for concurrent use: its owner (the
+// generation actor) serializes access.
+type Aggregate struct {
+	model      string
+	generation uint64
+
+	reqs        map[string]*request
+	count       [numPhases]uint64
+	tokens      [numPhases]uint64
+	pendingWork map[uint32]uint64 // Pending prompt work by priority
+
+	input  Throughput
+	output OutputWindow
+
+	fallbackConc, engineConc uint64
+
+	kvCapacity, kvUsed, kvFree uint64
+
+	caps, sources []string
+
+	engineReqs     map[string]*engineRequest
+	streamActiveAt time.Time
+	lastOutputAt   time.Time
+
+	scrape         EngineMetrics
+	scrapeAt       time.Time
+	engineRunning  uint64
+	engineWaiting  uint64
+	haveEngineLoad bool
+}
+
+// NewAggregate returns the aggregate of generation gen of model.
+func NewAggregate(model string, gen uint64, o Options) *Aggregate {
+	a := &Aggregate{
+		model: model, generation: gen, reqs: make(map[string]*request), pendingWork: make(map[uint32]uint64),
+		engineReqs: make(map[string]*engineRequest), fallbackConc: o.FallbackConcurrency,
+	}
+	a.input.Bootstrap(o.InitialInputTPS, o.PinInputTPS)
+	return a
+}
+
+// Model is the model id.
+func (a *Aggregate) Model() string { return a.model }
+
+// Generation is the generation number.
+func (a *Aggregate) Generation() uint64 { return a.generation }
+
+// Input exposes the input throughput distribution (read-only use).
+func (a *Aggregate) Input() *Throughput { return &a.input }
+
+// EngineLoad returns the running and waiting counts last scraped from the engine's metrics.
+func (a *Aggregate) EngineLoad() (running, waiting uint64, ok bool) {
+	return a.engineRunning, a.engineWaiting, a.haveEngineLoad
+}
+
+// MaxEngineConcurrency is the effective engine limit: the engine's report when positive,
+// else the CLI fallback, else 0 (unknown).
+func (a *Aggregate) MaxEngineConcurrency() uint64 {
+	if a.engineConc > 0 {
+		return a.engineConc
+	}
+	return a.fallbackConc
+}
+
+// Live is the number of live requests.
+func (a *Aggregate) Live() int { return len(a.reqs) }
+
+// PhaseCounts returns the count and prompt tokens of a phase.
+func (a *Aggregate) PhaseCounts(p Phase) (requests, inputTokens uint64) {
+	if p >= numPhases {
+		return 0, 0
+	}
+	return a.count[p], a.tokens[p]
+}
+
+// Admit runs local queue admission for a new request (REFERENCE.md §4.6) against the load
+// of every other live request and, unless rejected, tracks it as Pending. A request id
+// that is already live is decided but not tracked twice.
+func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs uint64, hasExpected bool, c admission.Config, now time.Time) admission.Decision {
+	others := a.Load(now)
+	d := admission.Decide(c, expectedMs, hasExpected, &others, priority)
+	if !d.Admit() {
+		return d
+	}
+	if _, dup := a.reqs[id]; dup {
+		return d
+	}
+	a.reqs[id] = &request{priority: priority, inputTokens: inputTokens, phase: Pending, admittedAt: now}
+	a.count[Pending]++
+	a.tokens[Pending] += inputTokens
+	a.pendingWork[priority] += inputTokens
+	return d
+}
+
+func (a *Aggregate) move(r *request, to Phase) {
+	if r.phase == Pending {
+		a.pendingWork[r.priority] -= r.inputTokens
+		if a.pendingWork[r.priority] == 0 {
+			delete(a.pendingWork, r.priority)
+		}
+	}
+	a.count[r.phase]--
+	a.tokens[r.phase] -= r.inputTokens
+	if to < numPhases {
+		a.count[to]++
+		a.tokens[to] += r.inputTokens
+		if to == Pending {
+			a.pendingWork[r.priority] += r.inputTokens
+		}
+	}
+	r.phase = to
+}
+
+// ResponseStarted moves a Pending request to InputProcessing (engine headers arrived).
+func (a *Aggregate) ResponseStarted(id string) {
+	if r, ok := a.reqs[id]; ok && r.phase == Pending {
+		a.move(r, InputProcessing)
+	}
+}
+
+// FirstOutput moves a request to OutputGeneration. When the engine stats stream is not
+// feeding this model, it records the fallback input-throughput sample input tokens / time
+// to first output. It reports whether a sample was recorded.
+func (a *Aggregate) FirstOutput(id string, now time.Time) bool {
+	r, ok := a.reqs[id]
+	if !ok || r.phase == OutputGeneration {
+		return false
+	}
+	a.move(r, OutputGeneration)
+	if a.streamFeeding(now) || r.inputTokens == 0 {
+		return false
+	}
+	d := max(now.Sub(r.admittedAt), MinSampleSpacing)
+	if a.input.Add(float64(r.inputTokens) / d.Seconds()) {
+		a.label(SourceChunkUsage, CapabilityChunkUsage)
+		return true
+	}
+	return false
+}
+
+// Finish removes a request. With outputTokens > 1 and a known first-output time (decode
+// duration), and no engine stream feeding the model, it records an output throughput
+// sample (outputTokens − 1) / decode time.
+func (a *Aggregate) Finish(id string, outputTokens uint64, decode time.Duration, now time.Time) {
+	r, ok := a.reqs[id]
+	if !ok {
+		return
+	}
+	a.move(r, numPhases)
+	delete(a.reqs, id)
+	if !a.streamFeeding(now) && outputTokens > 1 && decode > 0 {
+		a.output.Add(float64(outputTokens-1) / decode.Seconds())
+		a.lastOutputAt = now
+		a.label(SourceChunkUsage, CapabilityChunkUsage)
+	}
+}
+
+func (a *Aggregate) streamFeeding(now time.Time) bool {
+	return !a.streamActiveAt.IsZero() && now.Sub(a.streamActiveAt) < ModelStatsTTL
+}
+
+func (a *Aggregate) label(source, capability string) {
+	a.sources = addSorted(a.sources, source)
+	a.caps = addSorted(a.caps, capability)
+}
+
+func addSorted(s []string, v string) []string {
+	i, found := slices.BinarySearch(s, v)
+	if found {
+		return s
+	}
+	return slices.Insert(slices.Clone(s), i, v)
+}
+
+// RequestEvent is one engine stats-stream event for a request (REFERENCE.md §4.4).
+type RequestEvent struct {
+	RequestID       string
+	TokensProcessed uint64
+	TokensGenerated uint64
+	Finished        bool
+}
+
+// ConcurrencyReport is a ping's max_engine_concurrency: positive overrides the CLI
+// fallback, 0 withdraws the engine's value. A ping without the field sends no report.
+type ConcurrencyReport struct {
+	MaxEngineConcurrency uint64
+}
+
+// KVStats are the engine's KV cache figures in tokens.
+type KVStats struct {
+	CapacityTokens, UsedTokens, FreeTokens uint64
+}
+
+// EngineMetrics are figures scraped from an engine's Prometheus /metrics.
+type EngineMetrics struct {
+	Running, Waiting      uint64
+	KVUsage               float64 // fraction 0..1; NaN when not exported
+	KVCapacityTokens      uint64  // 0 when not exported
+	PromptTokensTotal     float64 // cumulative counter
+	GenerationTokensTotal float64 // cumulative counter
+}
+
+// Update is the single model update type: engine stats, concurrency reports, KV figures
+// and scraped metrics all travel through it, tagged with the generation they were meant
+// for, so a queued update for a retired generation is dropped (REFERENCE.md §4.5).
+type Update struct {
+	Generation  uint64
+	Stats       *RequestEvent
+	Concurrency *ConcurrencyReport
+	KV          *KVStats
+	Metrics     *EngineMetrics
+}
+
+// Apply applies u at now. It returns false (and changes nothing) when u is for another
+// generation.
+func (a *Aggregate) Apply(u *Update, now time.Time) bool {
+	if u.Generation != a.generation {
+		return false
+	}
+	if u.Concurrency != nil {
+		a.engineConc = u.Concurrency.MaxEngineConcurrency
+	}
+	if u.KV != nil {
+		a.kvCapacity, a.kvUsed, a.kvFree = u.KV.CapacityTokens, u.KV.UsedTokens, u.KV.FreeTokens
+		a.label(SourceKVCacheStats, CapabilityKVCacheHTTP)
+	}
+	if u.Stats != nil {
+		a.applyStats(u.Stats, now)
+	}
+	if u.Metrics != nil {
+		a.applyMetrics(u.Metrics, now)
+	}
+	return true
+}
+
+func (a *Aggregate) applyStats(ev *RequestEvent, now time.Time) {
+	a.streamActiveAt = now
+	a.label(SourceEngineStatsStream, CapabilityEngineStream)
+	er, known := a.engineReqs[ev.RequestID]
+	if !known {
+		er = &engineRequest{}
+		a.engineReqs[ev.RequestID] = er
+		er.at, er.genAt = now, now
+		if r, tracked := a.reqs[ev.RequestID]; tracked {
+			er.at, er.startKnown = r.admittedAt, true
+		}
+	}
+	if er.finished {
+		return
+	}
+	er.lastSeen = now
+	if ev.TokensProcessed > er.processed {
+		d := now.Sub(er.at)
+		delta := float64(ev.TokensProcessed - er.processed)
+		switch {
+		case er.processed == 0 && er.startKnown: // first sample: clamped up to 10 ms
+			a.input.Add(delta / max(d, MinSampleSpacing).Seconds())
+			er.processed, er.at = ev.TokensProcessed, now
+		case er.processed == 0: // unknown start: baseline only
+			er.processed, er.at = ev.TokensProcessed, now
+		case d >= MinSampleSpacing:
+			a.input.Add(delta / d.Seconds())
+			er.processed, er.at = ev.TokensProcessed, now
+		default: // too soon: accumulate into the next sample
+		}
+	}
+	if ev.TokensGenerated > er.generated {
+		if d := now.Sub(er.genAt); d >= MinSampleSpacing {
+			if er.generated > 0 {
+				a.output.Add(float64(ev.TokensGenerated-er.generated) / d.Seconds())
+				a.lastOutputAt = now
+			}
+			er.generated, er.genAt = ev.TokensGenerated, now
+		}
+	}
+	if ev.Finished {
+		er.finished = true
+	}
+}
+
+func (a *Aggregate) applyMetrics(m *EngineMetrics, now time.Time) {
+	a.label(SourceEngineMetrics, CapabilityEngineScrape)
+	a.engineRunning, a.engineWaiting, a.haveEngineLoad = m.Running, m.Waiting, true
+	if m.KVCapacityTokens > 0 && !math.IsNaN(m.KVUsage) {
+		used := uint64(math.Round(math.Max(0, math.Min(1, m.KVUsage)) * float64(m.KVCapacityTokens)))
+		a.kvCapacity, a.kvUsed, a.kvFree = m.KVCapacityTokens, used, m.KVCapacityTokens-used
+	}
+	prev, prevAt := a.scrape, a.scrapeAt
+	a.scrape, a.scrapeAt = *m, now
+	if prevAt.IsZero() {
+		return
+	}
+	d := now.Sub(prevAt)
+	if d < MinSampleSpacing {
+		return
+	}
+	if g := m.GenerationTokensTotal - prev.GenerationTokensTotal; g > 0 {
+		a.output.Add(g / d.Seconds())
+		a.lastOutputAt = now
+	}
+	// Prompt tokens per second measure capacity only while the engine has a queue: then
+	// prefill runs flat out. Without a queue they measure the offered load.
+	if p := m.PromptTokensTotal - prev.PromptTokensTotal; p > 0 && m.Waiting > 0 && prev.Waiting > 0 {
+		a.input.Add(p / d.Seconds())
+	}
+}
+
+// Sweep drops engine request state idle for RequestStateTTL and clears the output
+// throughput when no output sample arrived for ModelStatsTTL (input throughput is
+// sticky). It reports whether anything changed.
+func (a *Aggregate) Sweep(now time.Time) bool {
+	changed := false
+	for id, er := range a.engineReqs {
+		if now.Sub(er.lastSeen) >= RequestStateTTL || (er.finished && now.Sub(er.lastSeen) >= ModelStatsTTL) {
+			delete(a.engineReqs, id)
+		}
+	}
+	if !a.lastOutputAt.IsZero() && now.Sub(a.lastOutputAt) >= ModelStatsTTL && a.output.Mean() > 0 {
+		a.output.Clear()
+		changed = true
+	}
+	return changed
+}
+
+// Load is the published view at now (the 17 fields of REFERENCE.md §4.3).
+func (a *Aggregate) Load(now time.Time) load.Load {
+	tps := a.input.Published()
+	l := load.Load{
+		InputTPS:                 tps,
+		OutputTPS:                a.output.Mean(),
+		MaxOutputTPS:             a.output.Max(),
+		QueueSize:                a.count[Pending] + a.count[InputProcessing],
+		QueuedInputTokens:        a.tokens[Pending] + a.tokens[InputProcessing],
+		RunningRequests:          uint64(len(a.reqs)),
+		MaxEngineConcurrency:     a.MaxEngineConcurrency(),
+		TotalInputTokens:         a.tokens[Pending] + a.tokens[InputProcessing] + a.tokens[OutputGeneration],
+		InputProcessingRequests:  a.count[InputProcessing],
+		OutputGenerationRequests: a.count[OutputGeneration],
+		KVCapacityTokens:         a.kvCapacity,
+		KVUsedTokens:             a.kvUsed,
+		KVFreeTokens:             a.kvFree,
+		ObservedAtUnixMilli:      now.UnixMilli(),
+		QueueEstimates:           a.queueEstimates(tps),
+		Capabilities:             a.caps,
+		Sources:                  a.sources,
+	}
+	return l
+}
+
+// queueEstimates is the priority map of REFERENCE.md §4.3 #12: for each priority with
+// prompt work, ceil(cumulative work at priority ≤ p / tps × 1000). InputProcessing work
+// counts at priority 0 (it is ahead of everyone), Pending work at its own priority. An
+// explicit empty map when tps is valid and nothing is queued; nil when tps is unknown.
+func (a *Aggregate) queueEstimates(tps float64) []load.PriorityEstimate {
+	if !load.ValidTPS(tps) {
+		return nil
+	}
+	ip := a.tokens[InputProcessing]
+	out := make([]load.PriorityEstimate, 0, len(a.pendingWork)+1)
+	prios := make([]uint32, 0, len(a.pendingWork)+1)
+	for p := range a.pendingWork {
+		prios = append(prios, p)
+	}
+	if ip > 0 {
+		if _, ok := a.pendingWork[0]; !ok {
+			prios = append(prios, 0)
+		}
+	}
+	slices.Sort(prios)
+	cum := ip
+	for _, p := range prios {
+		cum += a.pendingWork[p]
+		out = append(out, load.PriorityEstimate{Priority: p, QueueMs: ceilMs(cum, tps)})
+	}
+	return out
+}
+
+func ceilMs(work uint64, tps float64) uint64 {
+	v := math.Ceil(float64(work) / tps * 1000)
+	if v >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(v)
+}
