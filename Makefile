@@ -65,8 +65,8 @@ $(TOOLS)/gofumpt:
 $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
-demo: build ## Run the main job (today: the routing-core microbenchmark; the fleet demo lands with bench run).
-	./$(BIN)/bench lb-microbench --iterations 20000 --warmup 2000
+demo: build ## Compare four routing algorithms on a prefix-reuse workload on local mock engines (~45 s).
+	./$(BIN)/bench run --scenario bench/scenarios/demo.yaml --out out/demo
 
 clean: ## Remove bin/, out/ and test artefacts.
 	rm -rf $(BIN) out cover.out

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -221,7 +222,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	rh.Set(control.HeaderInferenceServerID, b.ID)
 	rh.Set(control.HeaderInferenceServerURL, b.URL)
 	rh.Set(control.HeaderClusterID, out.ClusterID)
-	if ctx.Response.IsBodyStream() {
+	if ctx.Response.IsBodyStream() && bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("text/event-stream")) {
 		ctx.Response.ImmediateHeaderFlush = true
 	}
 	g.metrics.observe(mOverhead, overheadBucket, max(start.Sub(p.Arrival), 0).Seconds(), "model", t.Model)

@@ -3,19 +3,25 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"log/slog"
 	"os"
-	"runtime"
-	"strings"
+	"os/signal"
+	"path/filepath"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/alecthomas/kong"
 
-	"github.com/switchyard/switchyard/bench/microbench"
+	"github.com/switchyard/switchyard/bench/fleet"
+	"github.com/switchyard/switchyard/bench/report"
+	"github.com/switchyard/switchyard/bench/runner"
+	"github.com/switchyard/switchyard/bench/scenario"
+	"github.com/switchyard/switchyard/bench/scenarios"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -24,83 +30,172 @@ var version = "dev"
 type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
 
-	LBMicrobench microbenchCmd `cmd:"" name:"lb-microbench" help:"Measure the cost of one routing decision per algorithm (REFERENCE.md §6.7 scenarios)."`
-	Run          notBuiltCmd   `cmd:"" help:"Launch a local fleet for a scenario and compare algorithms (not built yet)."`
-	Drive        notBuiltCmd   `cmd:"" help:"Drive an existing OpenAI-compatible endpoint with a scenario (not built yet)."`
-	ListScenario notBuiltCmd   `cmd:"" name:"list-scenarios" help:"List the bundled scenarios (not built yet)."`
+	LBMicrobench microbenchCmd    `cmd:"" name:"lb-microbench" help:"Measure the cost of one routing decision per algorithm (REFERENCE.md §6.7 scenarios)."`
+	Run          runCmd           `cmd:"" help:"Launch a local fleet for a scenario once per algorithm, drive it and compare the algorithms."`
+	Drive        driveCmd         `cmd:"" help:"Drive an existing OpenAI-compatible endpoint with a scenario's requests."`
+	ListScenario listScenariosCmd `cmd:"" name:"list-scenarios" help:"List the bundled scenarios."`
 }
 
-type notBuiltCmd struct {
-	Args []string `arg:"" optional:"" passthrough:"" help:"Ignored until the command is built."`
-}
-
-var errNotBuilt = errors.New("this bench command is not built yet (see README.md, component status)")
-
-func (*notBuiltCmd) Run() error { return errNotBuilt }
-
-type microbenchCmd struct {
-	Candidates []int  `help:"Candidate counts to measure." default:"8,64" sep:","`
-	Iterations int    `help:"Measured decisions per scenario." default:"100000"`
-	Warmup     int    `help:"Unmeasured decisions before measuring." default:"10000"`
-	Keys       int    `help:"Distinct affinity keys in the request mix." default:"1024"`
-	Scenario   string `help:"Only scenarios whose name contains this text." default:""`
-	Format     string `help:"Output format." enum:"table,csv" default:"table"`
-	Seed       uint64 `help:"Seed of the balancers' randomness." default:"1"`
-}
-
-func (c *microbenchCmd) Validate() error {
-	var errs []error
-	if c.Iterations <= 0 {
-		errs = append(errs, errors.New("--iterations must be > 0"))
-	}
-	if c.Warmup < 0 {
-		errs = append(errs, errors.New("--warmup must be >= 0"))
-	}
-	if c.Keys <= 0 {
-		errs = append(errs, errors.New("--keys must be > 0"))
-	}
-	for _, n := range c.Candidates {
-		if n < 1 || n > 4096 {
-			errs = append(errs, fmt.Errorf("--candidates %d must be between 1 and 4096", n))
+// loadScenario reads a scenario file, or a bundled scenario by name when no such file
+// exists. Errors are one line.
+func loadScenario(name string) (*scenario.Scenario, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		bundled, berr := scenarios.Read(name)
+		if berr != nil {
+			return nil, fmt.Errorf("scenario %s: %w (and no bundled scenario has that name; see bench list-scenarios)", name, err)
 		}
+		data = bundled
 	}
-	return errors.Join(errs...)
+	s, err := scenario.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %s", name, scenario.OneLine(err))
+	}
+	return s, nil
 }
 
-func mallocs() uint64 {
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.Mallocs
+type scenarioFlags struct {
+	Scenario  string  `required:"" placeholder:"FILE" help:"Scenario YAML file, or the name of a bundled scenario."`
+	Seed      *uint64 `help:"Manifest seed (default: the scenario's seed)."`
+	TimeScale float64 `name:"time-scale" default:"1" help:"Multiplies engine delays and arrival offsets (0.1 runs ten times faster)."`
+	Out       string  `placeholder:"DIR" help:"Output directory for report.md, results.json and charts (run default: out/<scenario>)."`
 }
 
-func (c *microbenchCmd) Run() error { return c.run(os.Stdout) }
+func (f *scenarioFlags) validate() error {
+	if f.TimeScale <= 0 {
+		return errors.New("--time-scale must be > 0")
+	}
+	return nil
+}
 
-func (c *microbenchCmd) run(out io.Writer) error {
-	var results []microbench.Result
-	for _, n := range c.Candidates {
-		scenarios := microbench.Scenarios(n)
-		for i := range scenarios {
-			if !strings.Contains(scenarios[i].Name, c.Scenario) {
-				continue
+func (f *scenarioFlags) seed(s *scenario.Scenario) uint64 {
+	if f.Seed != nil {
+		return *f.Seed
+	}
+	return s.Seed
+}
+
+type runCmd struct {
+	scenarioFlags
+	Algorithms   []string      `sep:"," help:"Only these algorithms (labels from the scenario), comma-separated."`
+	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
+	ReadyTimeout time.Duration `name:"ready-timeout" default:"30s" help:"How long each fleet may take to become routable."`
+	LogLevel     string        `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level of the runner's own messages (stderr)."`
+}
+
+func (c *runCmd) Validate() error { return c.validate() }
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func (c *runCmd) Run() error {
+	s, err := loadScenario(c.Scenario)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return err
+	}
+	out := c.Out
+	if out == "" {
+		out = filepath.Join("out", scenario.Slug(s.Name))
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	rep, err := runner.Run(ctx, runner.Options{
+		Scenario: s, Seed: c.seed(s), TimeScale: c.TimeScale, Algorithms: c.Algorithms, OutDir: out,
+		Bin: fleet.BinariesIn(c.BinDir), ReadyTimeout: c.ReadyTimeout, Progress: newProgress(os.Stderr),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if ctx.Err() != nil {
+		return errors.New("interrupted; every fleet process was stopped")
+	}
+	if err != nil {
+		if rep != nil && len(rep.Runs) > 0 {
+			if paths, werr := runner.Write(out, rep); werr == nil {
+				fmt.Fprintf(os.Stderr, "partial report for the finished algorithms: %s\n", paths[0])
 			}
-			res, err := microbench.Run(scenarios[i], n, c.Keys, c.Iterations, c.Warmup, rand.New(rand.NewPCG(c.Seed, 0)), time.Now, mallocs)
-			if err != nil {
-				return err
-			}
-			results = append(results, res)
 		}
+		return err
 	}
-	if len(results) == 0 {
-		return fmt.Errorf("no scenario matches %q", c.Scenario)
+	return finish(os.Stdout, out, rep)
+}
+
+func finish(w io.Writer, out string, rep *report.Report) error {
+	paths, err := runner.Write(out, rep)
+	if err != nil {
+		return err
 	}
-	if c.Format == "csv" {
-		return microbench.WriteCSV(out, results)
+	fmt.Fprintf(w, "\n%s (seed %d, %d requests, time scale %g)\n\n", rep.Scenario, rep.Seed, rep.Requests, rep.TimeScale)
+	if err := report.Table(w, rep.Runs); err != nil {
+		return err
 	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scenario\tcandidates\tns/decision\tallocs/decision\tavg rank\tbackends\ttop backend share\t")
-	for i := range results {
-		r := &results[i]
-		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%.1f%%\t\n", r.Scenario, r.Candidates, r.NsPerChoose(), r.AllocsPerOp, r.AvgRankDepth, r.Backends, 100*float64(r.TopBackendHit)/float64(max(r.Choices, 1)))
+	for _, ig := range rep.Ignored {
+		fmt.Fprintf(w, "ignored: %s\n", ig)
+	}
+	fmt.Fprintf(w, "\nreport: %s\nresults: %s\ncharts:", paths[0], paths[1])
+	for _, p := range paths[2:] {
+		fmt.Fprintf(w, " %s", p)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+type driveCmd struct {
+	scenarioFlags
+	Target string `required:"" placeholder:"URL" help:"Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000."`
+	Path   string `default:"/v1/chat/completions" help:"Request path."`
+}
+
+func (c *driveCmd) Validate() error { return c.validate() }
+
+func (c *driveCmd) Run() error {
+	s, err := loadScenario(c.Scenario)
+	if err != nil {
+		return err
+	}
+	out := c.Out
+	if out == "" {
+		out = filepath.Join("out", "drive-"+scenario.Slug(s.Name))
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	rep, err := runner.Drive(ctx, runner.DriveOptions{
+		Scenario: s, Seed: c.seed(s), TimeScale: c.TimeScale, Target: c.Target, Path: c.Path, Progress: newProgress(os.Stderr),
+	})
+	if rep == nil {
+		return err
+	}
+	if werr := finish(os.Stdout, out, rep); werr != nil {
+		return errors.Join(err, werr)
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted; the report covers the requests sent")
+	}
+	return err
+}
+
+type listScenariosCmd struct{}
+
+func (*listScenariosCmd) Run() error { return listScenarios(os.Stdout) }
+
+func listScenarios(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "name\trequests\tconcurrency\tbackends\tclusters\tgateways\ttraffic\talgorithms\truntime")
+	for _, n := range scenarios.Names() {
+		data, err := scenarios.Read(n)
+		if err != nil {
+			return err
+		}
+		s, err := scenario.Parse(data)
+		if err != nil {
+			return fmt.Errorf("bundled scenario %s: %s", n, scenario.OneLine(err))
+		}
+		top := s.Topology()
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", n, s.RequestCount, s.MaxConcurrency, len(top.Backends),
+			len(top.Clusters), s.GatewayCount(), s.TrafficPattern.Kind, len(s.Algorithms), s.Metadata.ExpectedRuntime)
 	}
 	return w.Flush()
 }

@@ -61,6 +61,9 @@ type reservation struct {
 type backendState struct {
 	view         BackendView
 	reservations []reservation
+	// echoes is set once the backend has echoed a dispatch sequence: from then on only an
+	// echo covering a reservation drops it.
+	echoes bool
 }
 
 type clusterInfo struct {
@@ -114,9 +117,12 @@ func hashTarget(t Target) uint64 {
 	return h
 }
 
-// Props returns the actor props of s.
+// Props returns the actor props of s. The mailbox runs on the sender's goroutine when the
+// scheduler is idle (synchronized dispatcher): a Route from a handler is decided inline,
+// without a goroutine hop, while messages that arrive during processing are still handled
+// one at a time, in order, by whichever goroutine is running the mailbox.
 func (s *Scheduler) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return s })
+	return actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
 
 // Receive implements actor.Actor.
@@ -181,7 +187,15 @@ func (s *Scheduler) applyView(v BackendView) {
 		s.backends[v.ID] = b
 	}
 	b.view = v
-	b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq <= v.SeqEcho })
+	b.echoes = b.echoes || v.SeqEcho > 0
+	if !b.echoes {
+		// A backend that does not echo dispatch sequences (an older pylon, an engine
+		// registered directly): the reference rule, every update covers the reservations
+		// made before it.
+		b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return !r.at.After(v.UpdatedAt) })
+	} else {
+		b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq <= v.SeqEcho })
+	}
 	s.dirty = true
 }
 

@@ -169,6 +169,27 @@ func TestNoBackends(t *testing.T) {
 	})
 }
 
+// A backend that never echoes dispatch sequences follows the reference rule: every update
+// covers the reservations made before it.
+func TestReservationsWithoutEcho(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		l := load.Load{InputTPS: 1000, MaxEngineConcurrency: 1}
+		f.backend("a", time.Millisecond, l, 0)
+		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("first: %+v", out)
+		}
+		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeRejected {
+			t.Fatalf("second while reserved: %+v", out)
+		}
+		time.Sleep(time.Millisecond)
+		f.backend("a", time.Millisecond, l, 0)
+		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("after an update: %+v", out)
+		}
+	})
+}
+
 // Reservations: a dispatch is counted until a report echoing its sequence arrives; a
 // release drops it at once.
 func TestReservations(t *testing.T) {
@@ -185,16 +206,16 @@ func TestReservations(t *testing.T) {
 		if second.Kind != dispatch.OutcomeRejected {
 			t.Fatalf("second while the slot is reserved: %+v", second)
 		}
-		// A report taken before the dispatch reached the pylon (echo 0) keeps it.
-		f.backend("a", time.Millisecond, l, 0)
-		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeRejected {
-			t.Fatalf("stale report dropped the reservation: %+v", out)
-		}
 		// A report covering seq 1 (and showing the slot free again) drops it.
 		f.backend("a", time.Millisecond, l, 1)
 		third := <-f.route(waw(), 10, nil).Mailbox
 		if third.Kind != dispatch.OutcomeGranted || third.Seq != 2 {
 			t.Fatalf("after the covering report: %+v", third)
+		}
+		// A report taken before dispatch 2 reached the pylon (echo 1) keeps it.
+		f.backend("a", time.Millisecond, l, 1)
+		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeRejected {
+			t.Fatalf("stale report dropped the reservation: %+v", out)
 		}
 		f.sys.Root.Send(f.pid, dispatch.Release{BackendID: "a", Seq: 2})
 		if out := <-f.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {

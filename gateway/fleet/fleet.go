@@ -114,7 +114,9 @@ func (f *Fleet) Register(reg control.Registration) error {
 	}
 	b = &Backend{ID: reg.ID, URL: reg.URL, ClusterID: reg.ClusterID, RoutingKey: reg.RoutingKey, Client: f.deps.NewClient(u)}
 	a := &backendActor{fleet: f, b: b, models: map[string]*modelView{}}
-	b.pid = f.deps.System.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	// Synchronized dispatcher: reports from handlers are applied inline when the actor is
+	// idle (no goroutine hop), still one message at a time.
+	b.pid = f.deps.System.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300))))
 	f.backends[reg.ID] = b
 	var ctx context.Context
 	ctx, b.cancel = context.WithCancel(context.Background())

@@ -1,0 +1,226 @@
+package drive
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/bench/scenario"
+	"github.com/switchyard/switchyard/bench/score"
+	"github.com/switchyard/switchyard/engines/mock"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's process-wide background goroutines, and idle cleaners that exit
+		// within one idle period after the loopback test.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+	)
+}
+
+// fakeSender records when each request starts and finishes after a fixed service time.
+type fakeSender struct {
+	service time.Duration
+	mu      sync.Mutex
+	starts  map[int]time.Duration
+	start   time.Time
+	active  int
+	peak    int
+}
+
+func (f *fakeSender) send(_ context.Context, r *scenario.Request, sent time.Time) score.Record {
+	f.mu.Lock()
+	f.starts[r.Index] = sent.Sub(f.start)
+	f.active++
+	f.peak = max(f.peak, f.active)
+	f.mu.Unlock()
+	time.Sleep(f.service)
+	f.mu.Lock()
+	f.active--
+	f.mu.Unlock()
+	return score.Record{Index: r.Index, ID: r.ID, Status: 200, Completed: true}
+}
+
+func manifest(offsets ...time.Duration) *scenario.Manifest {
+	m := &scenario.Manifest{Model: "dummy-model"}
+	for i, o := range offsets {
+		m.Requests = append(m.Requests, scenario.Request{Index: i, ID: "r" + string(rune('a'+i)), Arrival: o, InputTokens: 10, OutputTokens: 3})
+	}
+	return m
+}
+
+func TestPacingAndConcurrency(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ms := time.Millisecond
+		m := manifest(0, 10*ms, 20*ms, 20*ms, 100*ms)
+		f := &fakeSender{service: 50 * ms, starts: map[int]time.Duration{}, start: time.Now()}
+		var before []int
+		res, err := run(t.Context(), Config{MaxConcurrency: 2, TimeScale: 2}, m, Deps{Before: func(i int) { before = append(before, i) }}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Scaled arrivals 0, 20, 40, 40, 200 ms; two slots of 50 ms service: request 2
+		// waits for request 0 (ends at 50), request 3 for request 1 (ends at 70).
+		want := map[int]time.Duration{0: 0, 1: 20 * ms, 2: 50 * ms, 3: 70 * ms, 4: 200 * ms}
+		if diff := cmp.Diff(want, f.starts); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+		if f.peak != 2 {
+			t.Errorf("peak concurrency %d, want 2", f.peak)
+		}
+		if res.Length != 250*ms || len(res.Records) != 5 || res.Records[3].Sent != 70*ms {
+			t.Errorf("length %v, %d records, record 3 sent at %v", res.Length, len(res.Records), res.Records[3].Sent)
+		}
+		if diff := cmp.Diff([]int{0, 1, 2, 3, 4}, before); diff != "" {
+			t.Errorf("Before calls (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestCancelStopsSending(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		m := manifest(0, time.Second, 2*time.Second)
+		f := &fakeSender{service: 10 * time.Millisecond, starts: map[int]time.Duration{}, start: time.Now()}
+		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+		defer cancel()
+		res, err := run(ctx, Config{MaxConcurrency: 4}, m, Deps{}, f)
+		if err == nil || len(res.Records) != 2 {
+			t.Errorf("err %v, %d records; want a deadline error after 2 requests", err, len(res.Records))
+		}
+	})
+}
+
+func TestParseTarget(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in, addr string
+		tls, bad bool
+	}{
+		{"http://127.0.0.1:8000", "127.0.0.1:8000", false, false},
+		{"https://example.com", "example.com:443", true, false},
+		{"http://localhost/", "localhost:80", false, false},
+		{"ftp://x", "", false, true},
+		{"127.0.0.1:8000", "", false, true},
+	} {
+		addr, tls, err := ParseTarget(tt.in)
+		if (err != nil) != tt.bad || addr != tt.addr || tls != tt.tls {
+			t.Errorf("ParseTarget(%q) = %q, %t, %v", tt.in, addr, tls, err)
+		}
+	}
+}
+
+func TestBody(t *testing.T) {
+	t.Parallel()
+	if got := string(Body("m", 3, 0)); got != `{"model":"m","stream":true,"messages":[{"role":"user","content":"xxx"}]}` {
+		t.Errorf("body %s", got)
+	}
+	if got := Body("m", 100, 5); strings.Count(string(got), "x") != 5 {
+		t.Errorf("capped body %s", got)
+	}
+}
+
+func TestHasContent(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		`{"choices":[{"delta":{"role":"assistant","content":""}}]}`: false,
+		`{"choices":[{"delta":{"content":"Hi"}}]}`:                  true,
+		`{"choices":[{"text":"Hi"}]}`:                               true,
+		`{"choices":[],"usage":{"prompt_tokens":3}}`:                false,
+		`{"type":"response.output_text.delta","delta":"Hi"}`:        true,
+		`not json "content"`:                                        false,
+	} {
+		if got := hasContent([]byte(in)); got != want {
+			t.Errorf("hasContent(%s) = %t", in, got)
+		}
+	}
+}
+
+// TestLoopbackEngine drives a real mock engine on 127.0.0.1 over real sockets.
+func TestLoopbackEngine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loopback test")
+	}
+	t.Parallel()
+	eng, err := mock.New(mock.Config{
+		ModelNames: []string{"dummy-model"}, TTFT: 20 * time.Millisecond, TokenDelay: 2 * time.Millisecond,
+		PrefillTokensPerSecond: 100000, KVCacheCapacityTokens: 1 << 20, MaxConcurrentRequests: 4,
+	}, mock.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- eng.Serve(ln) }()
+	defer func() {
+		if err := eng.Close(); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+
+	ms := time.Millisecond
+	m := manifest(0, 5*ms, 10*ms, 15*ms, 20*ms, 25*ms)
+	for i := range m.Requests {
+		m.Requests[i].AffinityKey = "session-" + string(rune('0'+i%2))
+		m.Requests[i].InputTokens = 1000 + uint64(i)*100
+	}
+	var mu sync.Mutex
+	var lines []string
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Config{Target: "http://" + ln.Addr().String(), MaxConcurrency: 3}, m, Deps{Done: func(r *score.Record, _ int) {
+		mu.Lock()
+		lines = append(lines, String(r))
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Records) != 6 || len(lines) != 6 {
+		t.Fatalf("%d records, %d progress lines", len(res.Records), len(lines))
+	}
+	hits := 0
+	for _, r := range res.Records {
+		if !r.OK() || r.OutputTokens != 3 || r.TTFT < 20*ms || r.TTLT < r.TTFT || r.KV == nil {
+			t.Errorf("record %+v", r)
+			continue
+		}
+		if r.KV.Hit {
+			hits++
+		}
+	}
+	// Sessions alternate; with at most 3 in flight, later requests of a session find its
+	// prefix once an earlier one has finished.
+	if hits == 0 {
+		t.Errorf("no KV cache hits in %d requests", len(res.Records))
+	}
+	if res.Length <= 25*ms {
+		t.Errorf("length %v", res.Length)
+	}
+
+	// A bad model is a recorded failure with the engine's error message.
+	bad := manifest(0)
+	bad.Model = "no-such-model"
+	res, err = Run(ctx, Config{Target: "http://" + ln.Addr().String(), MaxConcurrency: 1}, bad, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Records[0]; r.OK() || r.Status != 404 || !strings.Contains(r.Error, "does not exist") {
+		t.Errorf("bad model record %+v", r)
+	}
+}

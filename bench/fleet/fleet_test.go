@@ -1,0 +1,171 @@
+package fleet_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/bench/fleet"
+	"github.com/switchyard/switchyard/bench/scenario"
+	"github.com/switchyard/switchyard/bench/scenarios"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// groupAlive reports whether any process of group pgid exists.
+func groupAlive(pgid int) bool {
+	return !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+func TestStopKillsTheWholeGroup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "grandchild")
+	// The shell ignores SIGTERM and starts a grandchild that ignores it too; Stop must
+	// still leave nothing behind.
+	p, err := fleet.Start(fleet.Spec{Name: "dummy", Path: "/bin/sh", Args: []string{
+		"-c",
+		"trap '' TERM; (trap '' TERM; sleep 60) & echo $! > " + pidFile + "; wait",
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var grandchild int
+	for grandchild == 0 && time.Now().Before(deadline) {
+		if b, err := os.ReadFile(pidFile); err == nil && strings.TrimSpace(string(b)) != "" {
+			grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if grandchild == 0 {
+		t.Fatal("grandchild did not start")
+	}
+	var g fleet.Group
+	g.Add(p)
+	start := time.Now()
+	g.Stop(200 * time.Millisecond)
+	if exited, _ := p.Exited(); !exited {
+		t.Error("child still running after Stop")
+	}
+	// The grandchild is reparented to init, which reaps it shortly after SIGKILL.
+	for groupAlive(p.PID()) && time.Since(start) < 5*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if groupAlive(p.PID()) {
+		t.Errorf("process group %d (grandchild %d) survived Stop", p.PID(), grandchild)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+}
+
+func TestKillAndExit(t *testing.T) {
+	t.Parallel()
+	p, err := fleet.Start(fleet.Spec{Name: "sleeper", Path: "/bin/sleep", Args: []string{"60"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exited, _ := p.Exited(); exited {
+		t.Fatal("exited at once")
+	}
+	p.Kill()
+	exited, err := p.Exited()
+	if !exited || err == nil {
+		t.Errorf("after Kill: exited %t, err %v", exited, err)
+	}
+	if _, err := fleet.Start(fleet.Spec{Name: "missing", Path: "/no/such/binary"}, nil); err == nil {
+		t.Error("starting a missing binary succeeded")
+	}
+}
+
+func TestFreePorts(t *testing.T) {
+	t.Parallel()
+	ports, err := fleet.FreePorts(t.Context(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ports)
+	if len(slices.Compact(ports)) != 5 {
+		t.Errorf("ports %v not distinct", ports)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	data, _ := scenarios.Read("queue-mismatch-retry-ab")
+	s, err := scenario.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := fleet.PortsNeeded(s)
+	if n != 4+2+4 {
+		t.Fatalf("ports needed %d", n)
+	}
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = 9000 + i
+	}
+	p := fleet.NewPlan(s, &s.Algorithms[0], "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin"), TimeScale: 0.1, Seed: 3})
+	if len(p.Engines) != 4 || len(p.Gateways) != 2 || len(p.Pylons) != 4 {
+		t.Fatalf("plan %d/%d/%d", len(p.Engines), len(p.Gateways), len(p.Pylons))
+	}
+	eng := strings.Join(p.Engines[1].Args, " ")
+	for _, want := range []string{"--http-listen-addr=127.0.0.1:9001", "--token-delay-ms=10", "--ttft-ms=120", "--prefill-tokens-per-s=2200", "--max-concurrent-requests=4", "--time-scale=0.1", "--num-tokens=32"} {
+		if !strings.Contains(eng, want) {
+			t.Errorf("engine args %q lack %s", eng, want)
+		}
+	}
+	if p.Gateways[1].URL != "http://127.0.0.1:9005" || !slices.Contains(p.Gateways[0].Args, "--lb-config-path=/tmp/lb.json") {
+		t.Errorf("gateway %+v", p.Gateways)
+	}
+	py := strings.Join(p.Pylons[2].Args, " ")
+	for _, want := range []string{
+		"--upstream-http-base-url=http://127.0.0.1:9002", "--inference-server-id=backend-2", "--cluster-id=backend-2",
+		"--initial-input-tps=2200", "--queue-admission=true", "--queue-admission-min-delta-ms=0", "--queue-admission-tolerance=1",
+		"--gateway=http://127.0.0.1:9004", "--gateway=http://127.0.0.1:9005", "--advertise-url=http://127.0.0.1:9008",
+	} {
+		if !strings.Contains(py, want) {
+			t.Errorf("pylon args %q lack %s", py, want)
+		}
+	}
+	if fleet.AdmissionMode(&s.Algorithms[1]) != "disabled" {
+		t.Error("admission mode")
+	}
+
+	// Grouped clusters share one engine with scaled capacity.
+	data, _ = scenarios.Read("lb-balance-smoke-2c2p-1s")
+	s, _ = scenario.Parse(data)
+	ports = make([]int, fleet.PortsNeeded(s))
+	for i := range ports {
+		ports[i] = 9100 + i
+	}
+	p = fleet.NewPlan(s, &s.Algorithms[0], "/tmp/lb.json", ports, fleet.Options{})
+	if len(p.Engines) != 2 || !slices.Contains(p.Engines[0].Args, "--max-concurrent-requests=12") ||
+		!slices.Contains(p.Pylons[1].Args, "--upstream-http-base-url="+p.Engines[0].URL) || !slices.Contains(p.Pylons[1].Args, "--cluster-id=cluster-0") {
+		t.Errorf("grouped plan %+v", p)
+	}
+}
+
+func TestRoutable(t *testing.T) {
+	t.Parallel()
+	models := []byte(`{"object":"list","data":[{"id":"dummy-model"}]}`)
+	state := []byte(`{"gateway_id":"g","backends":[{"id":"a","routable":true},{"id":"b","routable":false},{"id":"c","routable":true}]}`)
+	if err := fleet.Routable(models, state, "dummy-model", 2); err != nil {
+		t.Error(err)
+	}
+	if err := fleet.Routable(models, state, "dummy-model", 3); err == nil || !strings.Contains(err.Error(), "2 routable backends of 3") {
+		t.Errorf("err %v", err)
+	}
+	if err := fleet.Routable([]byte(`{"data":[]}`), state, "dummy-model", 1); err == nil {
+		t.Error("unlisted model accepted")
+	}
+}

@@ -1,0 +1,217 @@
+// Package scenario is the bench's scenario model: the reference bench's YAML schema
+// (REFERENCE.md §6.2), decoded strictly (an unknown field is an error naming it),
+// validated with one precise message per problem, and turned into a deterministic
+// request manifest from (scenario, seed). It is pure: no I/O beyond the bytes it is
+// given, no clock, no goroutines.
+package scenario
+
+// Scenario is one decoded scenario file. Optional fields are pointers so validation can
+// tell "absent" from zero; the accessors apply the documented defaults.
+type Scenario struct {
+	Name           string         `yaml:"name"`
+	Metadata       Metadata       `yaml:"metadata"`
+	Model          string         `yaml:"model"`
+	Seed           uint64         `yaml:"seed"`
+	RequestCount   int            `yaml:"request_count"`
+	MaxConcurrency int            `yaml:"max_concurrency"`
+	TunnelProtocol string         `yaml:"tunnel_protocol"`
+	Stargates      Stargates      `yaml:"stargates"`
+	Backends       Backends       `yaml:"backends"`
+	TrafficPattern TrafficPattern `yaml:"traffic_pattern"`
+	Degradation    Degradation    `yaml:"degradation"`
+	Algorithms     []Algorithm    `yaml:"algorithms"`
+}
+
+// Metadata describes a scenario for humans; it has no effect on a run.
+type Metadata struct {
+	Description     string   `yaml:"description"`
+	Tags            []string `yaml:"tags"`
+	ExpectedRuntime string   `yaml:"expected_runtime"`
+	ExpectedSignal  string   `yaml:"expected_signal"`
+}
+
+// Stargates is the gateway tier: how many gateway replicas every pylon registers with.
+type Stargates struct {
+	Count *int `yaml:"count"`
+}
+
+// Backends describes the pylons and the engines behind them.
+type Backends struct {
+	// Count is the number of pylons (backends), > 0.
+	Count int `yaml:"count"`
+	// ClusterIDTemplate names clusters, e.g. "cluster-{cluster_index}". Without it each
+	// backend is its own cluster "backend-<i>".
+	ClusterIDTemplate string `yaml:"cluster_id_template"`
+	// PylonsPerCluster groups consecutive backends into clusters sharing one engine
+	// (default 1).
+	PylonsPerCluster int `yaml:"pylons_per_cluster"`
+	// Profile is the profile of every backend when Profiles is empty.
+	Profile *Profile `yaml:"profile"`
+	// Profiles assigns profiles to consecutive backends; counts sum to Count.
+	Profiles []ProfileGroup `yaml:"profiles"`
+}
+
+// ProfileGroup gives Count consecutive backends one profile.
+type ProfileGroup struct {
+	Count   int     `yaml:"count"`
+	Profile Profile `yaml:"profile"`
+}
+
+// Profile is one backend's engine and registration shape.
+type Profile struct {
+	Name string `yaml:"name"`
+	// Weight is accepted for compatibility; it has no local meaning.
+	Weight                *float64     `yaml:"weight"`
+	MaxConcurrentRequests int          `yaml:"max_concurrent_requests"`
+	KVCacheCapacityTokens uint64       `yaml:"kv_cache_capacity_tokens"`
+	ServiceTimeMs         ServiceTime  `yaml:"service_time_ms"`
+	Registration          Registration `yaml:"registration"`
+}
+
+// ServiceTime is the mock engine's timing profile (milliseconds and tokens per second).
+type ServiceTime struct {
+	TTFTMean          float64 `yaml:"ttft_mean"`
+	TTFTJitterMs      float64 `yaml:"ttft_jitter_ms"`
+	DecodeTokensPerS  float64 `yaml:"decode_tokens_per_s"`
+	DecodeJitterMs    float64 `yaml:"decode_jitter_ms"`
+	PrefillTokensPerS float64 `yaml:"prefill_tokens_per_s"`
+}
+
+// Registration is what the pylon publishes before it has measured anything.
+type Registration struct {
+	// LastMeanInputTPS is passed to the pylon as --initial-input-tps and is the
+	// backend's capacity in the capacity-balance scores.
+	LastMeanInputTPS float64 `yaml:"last_mean_input_tps"`
+}
+
+// Traffic pattern kinds.
+const (
+	KindUniform     = "uniform"
+	KindHotset      = "zipf_hotset"
+	KindBursty      = "bursty"
+	KindStairStep   = "stair_step"
+	KindMixedSize   = "mixed_size"
+	KindPrefixReuse = "prefix_reuse"
+)
+
+// TrafficPattern is a tagged union on Kind; only the fields of that kind may be set.
+type TrafficPattern struct {
+	Kind              string `yaml:"kind"`
+	RoutingKeys       int    `yaml:"routing_keys"`
+	CacheAffinityKeys int    `yaml:"cache_affinity_keys"`
+
+	InputTokens  *Distribution `yaml:"input_tokens"`
+	OutputTokens *Distribution `yaml:"output_tokens"`
+	Arrival      *Arrival      `yaml:"arrival"`
+
+	HotsetFraction *float64 `yaml:"hotset_fraction"`
+	HotsetShare    *float64 `yaml:"hotset_share"`
+
+	QuietRPS            *float64 `yaml:"quiet_rps"`
+	BurstRPS            *float64 `yaml:"burst_rps"`
+	BurstPeriodRequests *int     `yaml:"burst_period_requests"`
+
+	StartRPS     *float64 `yaml:"start_rps"`
+	StepRPS      *float64 `yaml:"step_rps"`
+	StepRequests *int     `yaml:"step_requests"`
+
+	SmallShare *float64   `yaml:"small_share"`
+	Small      *SizeClass `yaml:"small"`
+	Large      *SizeClass `yaml:"large"`
+
+	InitialInputTokens     *Distribution `yaml:"initial_input_tokens"`
+	IncrementalInputTokens *Distribution `yaml:"incremental_input_tokens"`
+}
+
+// SizeClass is one side of a mixed_size pattern.
+type SizeClass struct {
+	InputTokens  *Distribution `yaml:"input_tokens"`
+	OutputTokens *Distribution `yaml:"output_tokens"`
+}
+
+// Token distributions.
+const (
+	DistConstant  = "constant"
+	DistUniform   = "uniform"
+	DistLognormal = "lognormal"
+)
+
+// Distribution is a token-count distribution, tagged on Distribution.
+type Distribution struct {
+	Distribution string   `yaml:"distribution"`
+	Value        *float64 `yaml:"value"`
+	Min          *float64 `yaml:"min"`
+	Max          *float64 `yaml:"max"`
+	// Mean is the median of the lognormal (exp(ln(mean) + σz)), as in the reference.
+	Mean   *float64 `yaml:"mean"`
+	Sigma  *float64 `yaml:"sigma"`
+	P99Cap *float64 `yaml:"p99_cap"`
+}
+
+// Arrival distributions.
+const (
+	ArrivalConstant = "constant"
+	ArrivalPoisson  = "poisson"
+)
+
+// Arrival is the arrival process of uniform, zipf_hotset, mixed_size and prefix_reuse.
+type Arrival struct {
+	Distribution string   `yaml:"distribution"`
+	IntervalMs   *float64 `yaml:"interval_ms"`
+	TargetRPS    *float64 `yaml:"target_rps"`
+}
+
+// Degradation lists actions the runner performs while driving.
+type Degradation struct {
+	Actions []Action `yaml:"actions"`
+}
+
+// Degradation actions. The first two are the reference's; the rest are local.
+const (
+	// ActionDeleteBackendPod kills the backend's pylon with SIGKILL (the local
+	// equivalent of deleting its pod).
+	ActionDeleteBackendPod = "delete_backend_pod"
+	// ActionScaleBackend is accepted for compatibility and ignored locally.
+	ActionScaleBackend  = "scale_backend"
+	ActionKillEngine    = "kill_engine"
+	ActionKillPylon     = "kill_pylon"
+	ActionRestartEngine = "restart_engine"
+	ActionRestartPylon  = "restart_pylon"
+)
+
+// Action is one degradation step, run when the driver reaches AtRequest.
+type Action struct {
+	AtRequest    int    `yaml:"at_request"`
+	BackendIndex int    `yaml:"backend_index"`
+	Action       string `yaml:"action"`
+	Replicas     *int   `yaml:"replicas"`
+}
+
+// Algorithm is one arm of the comparison: a label and a full lb-config.json object.
+type Algorithm struct {
+	Name                string          `yaml:"name"`
+	Config              map[string]any  `yaml:"config"`
+	PylonQueueAdmission *QueueAdmission `yaml:"pylon_queue_admission"`
+}
+
+// QueueAdmission maps to the pylon's queue-admission flags (REFERENCE.md §4.6).
+type QueueAdmission struct {
+	Enabled         *bool    `yaml:"enabled"`
+	MinDeltaMs      *float64 `yaml:"min_delta_ms"`
+	ToleranceFactor *float64 `yaml:"tolerance_factor"`
+	// RetryAfterMs has no local pylon flag; it is reported as ignored.
+	RetryAfterMs *float64 `yaml:"retry_after_ms"`
+}
+
+// GatewayCount returns stargates.count (default 1).
+func (s *Scenario) GatewayCount() int {
+	if s.Stargates.Count == nil {
+		return 1
+	}
+	return *s.Stargates.Count
+}
+
+// PylonsPerCluster returns backends.pylons_per_cluster (default 1).
+func (b *Backends) pylonsPerCluster() int {
+	return max(b.PylonsPerCluster, 1)
+}

@@ -1,0 +1,169 @@
+package gateway_test
+
+import (
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// serve runs h on a fresh loopback listener until the benchmark ends.
+func serve(b *testing.B, h fasthttp.RequestHandler) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &fasthttp.Server{Handler: h}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Serve(ln)
+	}()
+	b.Cleanup(func() {
+		_ = s.Shutdown()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+func percentile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// BenchmarkAddedLatency measures, side by side in one run, serial non-streaming latency of
+// client → upstream directly, through a bare fasthttp reverse proxy (the LIBRARIES.md §2.4
+// idiom) and through the gateway, and reports each path's added latency at p50 and p99 and
+// the gateway/proxy ratio (budget ≤ 1.25). The upstream plays a pylon: a 280-byte JSON
+// answer with an x-pylon-load report. Run:
+// go test -run '^$' -bench AddedLatency -benchtime 1x ./gateway/
+func BenchmarkAddedLatency(b *testing.B) {
+	const rounds, perRound = 40, 500
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog and keeps running far away."},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":16,"total_tokens":19}}`)
+	var echo uint64 // the upstream plays a pylon: it echoes the highest dispatch sequence
+	upstream := serve(b, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == control.HealthPath {
+			return
+		}
+		if _, seq, err := control.ParseDispatchSeq(string(ctx.Request.Header.Peek(control.HeaderDispatchSeq))); err == nil {
+			echo = max(echo, seq)
+		}
+		report := control.LoadReport{Model: "m", Load: idleLoad(), DispatchSeq: echo}
+		if os.Getenv("NOREPORT") == "" {
+			ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, control.AppendLoadReport(nil, &report))
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+	})
+	upClient := &fasthttp.HostClient{Addr: upstream}
+	proxy := serve(b, func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.Del("Connection")
+		if err := upClient.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	})
+	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gdone := make(chan struct{})
+	go func() {
+		defer close(gdone)
+		_ = g.Serve(gln)
+	}()
+	b.Cleanup(func() {
+		g.Shutdown()
+		<-gdone
+		upClient.CloseIdleConnections()
+	})
+	gw := gln.Addr().String()
+	ctl := &fasthttp.HostClient{Addr: gw}
+	defer ctl.CloseIdleConnections()
+	reg := `{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	req.Header.SetMethod("PUT")
+	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
+	req.SetBodyString(reg)
+	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		b.Fatalf("register: %v %d", err, resp.StatusCode())
+	}
+	time.Sleep(50 * time.Millisecond) // first RTT probe
+
+	paths := []string{upstream, proxy, gw}
+	clients := make([]*fasthttp.HostClient, len(paths))
+	lat := make([][]time.Duration, len(paths))
+	for i, a := range paths {
+		clients[i] = &fasthttp.HostClient{Addr: a}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	req.Reset()
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.Set(control.HeaderModel, "m")
+	req.Header.Set(control.HeaderInputTokens, "3")
+	req.Header.Set(control.HeaderRequestID, "r")
+	req.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	for b.Loop() {
+		for i := range lat {
+			lat[i] = lat[i][:0]
+		}
+		for r := range rounds {
+			for i, c := range clients {
+				req.SetHost(paths[i])
+				for k := range perRound {
+					start := time.Now()
+					if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+						b.Fatalf("path %d: %v %d %s", i, err, resp.StatusCode(), resp.Body())
+					}
+					if r > 0 || k >= 100 { // warm-up
+						lat[i] = append(lat[i], time.Since(start))
+					}
+				}
+			}
+		}
+	}
+	if testing.Verbose() {
+		req.Reset()
+		req.SetRequestURI("http://" + gw + "/metrics")
+		if err := ctl.Do(req, resp); err == nil {
+			for _, line := range strings.Split(string(resp.Body()), "\n") {
+				if strings.Contains(line, "_sum") || strings.Contains(line, "_count") {
+					b.Log(line)
+				}
+			}
+		}
+	}
+	fasthttp.ReleaseRequest(req)
+	fasthttp.ReleaseResponse(resp)
+	direct50, direct99 := percentile(lat[0], 0.5), percentile(lat[0], 0.99)
+	add := func(i int) (time.Duration, time.Duration) {
+		return percentile(lat[i], 0.5) - direct50, percentile(lat[i], 0.99) - direct99
+	}
+	p50, p99 := add(1)
+	g50, g99 := add(2)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(direct50), "direct-p50-µs")
+	b.ReportMetric(us(p50), "proxy-added-p50-µs")
+	b.ReportMetric(us(p99), "proxy-added-p99-µs")
+	b.ReportMetric(us(g50), "gateway-added-p50-µs")
+	b.ReportMetric(us(g99), "gateway-added-p99-µs")
+	b.ReportMetric(float64(g50)/float64(p50), "ratio-p50")
+	b.ReportMetric(float64(g99)/float64(p99), "ratio-p99")
+}
