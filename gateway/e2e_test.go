@@ -1,0 +1,312 @@
+package gateway_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Loopback end-to-end tests with the real binaries (bin/engine, bin/pylon, bin/gateway
+// built into a temp dir) on 127.0.0.1. Skipped with -short.
+
+var (
+	buildOnce sync.Once
+	binDir    string // removed by TestMain
+	errBuild  error
+)
+
+func binaries(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("loopback end-to-end test")
+	}
+	buildOnce.Do(func() {
+		binDir, errBuild = os.MkdirTemp("", "switchyard-e2e-") //nolint:usetesting // shared by every test of the package; TestMain removes it
+		if errBuild != nil {
+			return
+		}
+		for _, b := range []string{"engine", "pylon", "gateway"} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, b), "../cmd/"+b).CombinedOutput()
+			if err != nil {
+				errBuild = fmt.Errorf("build %s: %w\n%s", b, err, out)
+				return
+			}
+		}
+	})
+	if errBuild != nil {
+		t.Fatal(errBuild)
+	}
+	return binDir
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// start runs a binary in its own process group, stopped (SIGTERM, then SIGKILL) at cleanup.
+func start(t *testing.T, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binaries(t), name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(logf.Name()); err == nil {
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("%s %v log (last lines):\n%s", name, args, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+			}
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		_ = logf.Close()
+	})
+}
+
+// fleetE2E is one gateway with pylon+engine pairs.
+type fleetE2E struct {
+	t       *testing.T
+	gateway string
+	client  *fasthttp.HostClient
+}
+
+type backendSpec struct {
+	id         string
+	engineArgs []string
+	inputTPS   int
+}
+
+func startFleet(t *testing.T, lbConfig string, backends ...backendSpec) *fleetE2E {
+	t.Helper()
+	gw := freePort(t)
+	args := []string{"--http-listen-addr", gw, "--health-probe-interval-ms", "200", "--log-level", "warn"}
+	if lbConfig != "" {
+		p := filepath.Join(t.TempDir(), "lb-config.json")
+		if err := os.WriteFile(p, []byte(lbConfig), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--lb-config-path", p)
+	}
+	start(t, "gateway", args...)
+	for _, b := range backends {
+		eng, pyl := freePort(t), freePort(t)
+		start(t, "engine", append([]string{"--http-listen-addr", eng}, b.engineArgs...)...)
+		start(t, "pylon", "--http-listen-addr", pyl, "--upstream-http-base-url", "http://"+eng, "--model-name", "dummy-model",
+			"--gateway", "http://"+gw, "--inference-server-id", b.id, "--initial-input-tps", strconv.Itoa(b.inputTPS),
+			"--min-update-interval-ms", "200", "--log-level", "warn")
+	}
+	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}}
+	t.Cleanup(f.client.CloseIdleConnections)
+	f.waitRoutable(len(backends))
+	return f
+}
+
+func (f *fleetE2E) waitRoutable(n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var st struct {
+			Backends []struct {
+				Routable bool `json:"routable"`
+			} `json:"backends"`
+		}
+		if status, body, _ := f.do("GET", "/debug/state", nil, nil); status == 200 && json.Unmarshal([]byte(body), &st) == nil {
+			routable := 0
+			for _, b := range st.Backends {
+				if b.Routable {
+					routable++
+				}
+			}
+			if routable >= n {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, body, _ := f.do("GET", "/debug/state", nil, nil)
+	f.t.Fatalf("fleet not routable within 20s:\n%s", body)
+}
+
+type backendState struct {
+	ID       string `json:"id"`
+	Routable bool   `json:"routable"`
+	Models   map[string]struct {
+		Stats struct {
+			NumRunningQueries    uint64  `json:"num_running_queries"`
+			MaxEngineConcurrency uint64  `json:"max_engine_concurrency"`
+			LastMeanInputTPS     float64 `json:"last_mean_input_tps"`
+		} `json:"stats"`
+	} `json:"models"`
+}
+
+// waitState polls /debug/state until ok holds for every backend (bounded).
+func (f *fleetE2E) waitState(ok func(backendState) bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var body string
+	for time.Now().Before(deadline) {
+		var st struct {
+			Backends []backendState `json:"backends"`
+		}
+		_, body, _ = f.do("GET", "/debug/state", nil, nil)
+		if json.Unmarshal([]byte(body), &st) == nil && len(st.Backends) > 0 {
+			all := true
+			for _, b := range st.Backends {
+				all = all && b.Routable && ok(b)
+			}
+			if all {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.t.Fatalf("gateway state never matched:\n%s", body)
+}
+
+func (f *fleetE2E) do(method, path string, body []byte, headers map[string]string) (int, string, map[string]string) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI("http://" + f.gateway + path)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	req.SetBody(body)
+	if err := f.client.DoTimeout(req, resp, 20*time.Second); err != nil {
+		return 0, err.Error(), nil
+	}
+	h := map[string]string{}
+	for k, v := range resp.Header.All() {
+		h[strings.ToLower(string(k))] = string(v)
+	}
+	return resp.StatusCode(), string(resp.Body()), h
+}
+
+func (f *fleetE2E) chat(headers map[string]string) (int, string, map[string]string) {
+	return f.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"hello"}]}`), headers)
+}
+
+// §9.8 item 99 with real binaries: require_cache_affinity_key → 400 without the header,
+// 200 with it; and item 98's stickiness: 20 requests with one key stay on one backend.
+func TestLoopbackE2EAffinity(t *testing.T) {
+	cfg := `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"wait-and-widen","require_cache_affinity_key":true,"cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`
+	fast := []string{"--num-tokens", "3", "--token-delay-ms", "1"}
+	f := startFleet(t, cfg, backendSpec{"p1", fast, 1000}, backendSpec{"p2", fast, 1000}, backendSpec{"p3", fast, 1000})
+	if status, body, _ := f.chat(nil); status != 400 || !strings.Contains(body, "x-cache-affinity-key") {
+		t.Fatalf("without the key: %d %s", status, body)
+	}
+	primary := ""
+	for i := range 20 {
+		status, body, h := f.chat(map[string]string{"x-cache-affinity-key": "session-42"})
+		if status != 200 {
+			t.Fatalf("request %d: %d %s", i, status, body)
+		}
+		if primary == "" {
+			primary = h["x-inference-server-id"]
+		}
+		if h["x-inference-server-id"] != primary {
+			t.Fatalf("request %d left the primary %s for %s", i, primary, h["x-inference-server-id"])
+		}
+	}
+}
+
+// §9.8 item 97 with real binaries: a full fast backend and an idle slow one, no wait
+// headers → 200 from the slow one.
+func TestLoopbackE2EWaitForSlowBackend(t *testing.T) {
+	cfg := `{"default":"wait-and-widen"}`
+	f := startFleet(t, cfg,
+		backendSpec{"fast", []string{"--max-concurrent-requests", "4", "--prefill-tokens-per-s", "20000", "--num-tokens", "15", "--token-delay-ms", "100"}, 20000},
+		backendSpec{"slow", []string{"--max-concurrent-requests", "4", "--prefill-tokens-per-s", "5000", "--num-tokens", "2", "--token-delay-ms", "1"}, 5000},
+	)
+	// Fill the fast backend's four slots with long streams.
+	var wg sync.WaitGroup
+	landed := make(chan string, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", f.gateway)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+			body := `{"model":"dummy-model","stream":true,"messages":[{"role":"user","content":"x"}]}`
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-input-tokens: 400\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			r := bufio.NewReader(conn)
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil || line == "\r\n" {
+					break
+				}
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "x-inference-server-id") {
+					landed <- strings.TrimSpace(v)
+				}
+			}
+			_, _ = r.ReadString(0) // hold the stream until it ends
+		}()
+		time.Sleep(30 * time.Millisecond)
+	}
+	for range 4 {
+		select {
+		case id := <-landed:
+			if id != "fast" {
+				t.Fatalf("a filler stream landed on %s", id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("filler streams did not start")
+		}
+	}
+	// Wait until the gateway sees the fast backend full and the slow one idle with a
+	// known throughput and engine concurrency (reported by the engines' stats streams).
+	f.waitState(func(b backendState) bool {
+		s := b.Models["dummy-model"].Stats
+		if b.ID == "fast" {
+			return s.NumRunningQueries >= 4 && s.MaxEngineConcurrency == 4
+		}
+		return s.MaxEngineConcurrency == 4 && s.LastMeanInputTPS > 0 && s.NumRunningQueries == 0
+	})
+	start := time.Now()
+	status, body, h := f.chat(map[string]string{"x-input-tokens": "4000"})
+	if status != 200 || h["x-inference-server-id"] != "slow" {
+		_, state, _ := f.do("GET", "/debug/state", nil, nil)
+		t.Fatalf("got %d from %q: %s\nstate: %s", status, h["x-inference-server-id"], body, state)
+	}
+	if got := time.Since(start); got < 100*time.Millisecond {
+		t.Errorf("time to headers %v, want ≥ 100ms", got)
+	}
+	wg.Wait()
+}
