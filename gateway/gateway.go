@@ -62,7 +62,10 @@ type Config struct {
 	ControlToken           string
 	MetricsPrefix          string
 	DrainTimeout           time.Duration
-	ProbeTimeout           time.Duration
+	// ShutdownDelay keeps serving (with /readyz answering 503) this long after a shutdown
+	// starts, so load balancers stop sending before the listener closes. Default 0.
+	ShutdownDelay time.Duration
+	ProbeTimeout  time.Duration
 	// HeadersTimeout bounds the wait for an upstream's response headers.
 	HeadersTimeout time.Duration
 	// ReloadPoll is how often the lb-config file is checked for changes (0 = default).
@@ -282,6 +285,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 // DrainTimeout, then stop the actors.
 func (g *Gateway) Shutdown() {
 	g.draining.Store(true)
+	if g.cfg.ShutdownDelay > 0 {
+		time.Sleep(g.cfg.ShutdownDelay)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
 	defer cancel()
 	_ = g.server.ShutdownWithContext(sctx)

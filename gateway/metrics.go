@@ -3,6 +3,7 @@ package gateway
 import (
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -49,6 +50,29 @@ type gatewayMetrics struct {
 	prefix string
 	parked *metrics.Gauge
 	infl   *metrics.Gauge
+	// cache maps a series (name + label values) to its counter or histogram so the hot
+	// path does not format series names per request.
+	cache sync.Map // seriesKey → *metrics.Counter | *metrics.PrometheusHistogram
+}
+
+// seriesKey identifies a series by name and up to five label values (keys are fixed per
+// name).
+type seriesKey struct {
+	name       string
+	v0, v1, v2 string
+	v3, v4     string
+}
+
+func keyOf(name string, kv []string) (seriesKey, bool) {
+	k := seriesKey{name: name}
+	vals := [5]*string{&k.v0, &k.v1, &k.v2, &k.v3, &k.v4}
+	if len(kv) > 2*len(vals) {
+		return k, false
+	}
+	for i := 1; i < len(kv); i += 2 {
+		*vals[i/2] = kv[i]
+	}
+	return k, true
 }
 
 func newMetrics(prefix string) *gatewayMetrics {
@@ -90,11 +114,33 @@ func (m *gatewayMetrics) series(name string, kv ...string) string {
 }
 
 func (m *gatewayMetrics) inc(name string, kv ...string) {
-	m.set.GetOrCreateCounter(m.series(name, kv...)).Inc()
+	k, ok := keyOf(name, kv)
+	if ok {
+		if c, found := m.cache.Load(k); found {
+			c.(*metrics.Counter).Inc()
+			return
+		}
+	}
+	c := m.set.GetOrCreateCounter(m.series(name, kv...))
+	if ok {
+		m.cache.Store(k, c)
+	}
+	c.Inc()
 }
 
 func (m *gatewayMetrics) observe(name string, buckets []float64, v float64, kv ...string) {
-	m.set.GetOrCreatePrometheusHistogramExt(m.series(name, kv...), buckets).Update(v)
+	k, ok := keyOf(name, kv)
+	if ok {
+		if h, found := m.cache.Load(k); found {
+			h.(*metrics.PrometheusHistogram).Update(v)
+			return
+		}
+	}
+	h := m.set.GetOrCreatePrometheusHistogramExt(m.series(name, kv...), buckets)
+	if ok {
+		m.cache.Store(k, h)
+	}
+	h.Update(v)
 }
 
 // Selected implements dispatch.Observer.

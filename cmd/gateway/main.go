@@ -37,6 +37,7 @@ type cli struct {
 	ControlToken                 string        `name:"control-token" help:"Bearer token pylons must present on /control/v1/backends (empty = no auth)." default:""`
 	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
+	ShutdownDelay                time.Duration `name:"shutdown-delay" help:"On SIGTERM, keep serving this long with /readyz answering 503 before closing the listener (give load balancers time to notice)." default:"0s"`
 	UpstreamHeadersTimeout       time.Duration `name:"upstream-headers-timeout" help:"Longest wait for a pylon's response headers." default:"30s"`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
 	LogLevel                     string        `name:"log-level" help:"Log level." enum:"debug,info,warn,error" default:"info"`
@@ -77,7 +78,7 @@ func (c *cli) Run() error {
 		RetryBudgetHeader: c.ProxyRetryBudgetHeader, NoRetryBudgetHeader: c.ProxyRetryBudgetHeader == "",
 		HealthProbeInterval: time.Duration(c.HealthProbeIntervalMs) * time.Millisecond,
 		Heartbeat:           time.Duration(c.HeartbeatMs) * time.Millisecond,
-		ControlToken:        c.ControlToken, MetricsPrefix: c.MetricsPrefix, DrainTimeout: c.DrainTimeout,
+		ControlToken:        c.ControlToken, MetricsPrefix: c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed,
 	}
 	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -69,6 +70,7 @@ type backendState struct {
 type clusterInfo struct {
 	backends []string // routable backend ids, sorted
 	next     uint64   // round-robin counter
+	seen     bool     // present in the last snapshot
 }
 
 // Scheduler is the actor of one routing target: it owns the candidate snapshot, the
@@ -81,6 +83,8 @@ type Scheduler struct {
 	clusters  map[string]*clusterInfo
 	snapshot  *lb.Snapshot
 	dirty     bool
+	order     []string     // backend ids in (cluster, id) order
+	group     []lb.Backend // scratch for aggregation
 	balancers map[lbconfig.Entry]lb.Balancer
 	rng       *rand.Rand
 	parked    parkHeap
@@ -150,6 +154,7 @@ func (s *Scheduler) Receive(c actor.Context) {
 	case BackendRemoved:
 		if _, ok := s.backends[m.ID]; ok {
 			delete(s.backends, m.ID)
+			s.order = s.order[:0]
 			s.dirty = true
 			s.changed(c)
 		}
@@ -185,6 +190,7 @@ func (s *Scheduler) applyView(v BackendView) {
 	if !ok {
 		b = &backendState{}
 		s.backends[v.ID] = b
+		s.order = s.order[:0]
 	}
 	b.view = v
 	b.echoes = b.echoes || v.SeqEcho > 0
@@ -244,63 +250,88 @@ func (s *Scheduler) armAlarm() {
 
 // snap returns the current candidate snapshot, rebuilding it when dirty: routable backends
 // aggregated per cluster (latest-wins from the most recently updated backend), with each
-// cluster's live reservations applied.
+// cluster's live reservations applied. Backends are visited in (cluster, id) order, kept
+// sorted while the backend set is unchanged.
 func (s *Scheduler) snap() *lb.Snapshot {
 	if !s.dirty && s.snapshot != nil {
 		return s.snapshot
 	}
 	now := s.deps.Now()
-	byCluster := map[string][]lb.Backend{}
-	latest := map[string]int{}
-	latestAt := map[string]time.Time{}
-	resv := map[string][]reservation{}
-	for _, id := range sortedKeys(s.backends) {
+	if len(s.order) != len(s.backends) {
+		s.order = s.order[:0]
+		for id := range s.backends {
+			s.order = append(s.order, id)
+		}
+	}
+	slices.SortFunc(s.order, func(a, b string) int {
+		if c := strings.Compare(s.backends[a].view.ClusterID, s.backends[b].view.ClusterID); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	candidates := make([]lb.Candidate, 0, len(s.order))
+	group := s.group[:0]
+	var resv []reservation
+	flush := func() {
+		if len(group) == 0 {
+			return
+		}
+		c := group[0].ID
+		cluster := s.backends[c].view.ClusterID
+		source, latest := 0, time.Time{}
+		for i := range group {
+			if at := s.backends[group[i].ID].view.UpdatedAt; i == 0 || at.After(latest) {
+				source, latest = i, at
+			}
+		}
+		cand, ok := lb.Aggregate(cluster, group, source)
+		if ok {
+			for _, r := range resv {
+				cand.Load = cand.Load.Reserve(r.tokens, r.priority)
+			}
+			candidates = append(candidates, cand)
+			info := s.clusters[cluster]
+			if info == nil {
+				info = &clusterInfo{}
+				s.clusters[cluster] = info
+			}
+			info.backends = info.backends[:0]
+			for i := range group {
+				info.backends = append(info.backends, group[i].ID)
+			}
+			info.seen = true
+		}
+		group, resv = group[:0], resv[:0]
+	}
+	for _, info := range s.clusters {
+		info.seen = false
+	}
+	prev := ""
+	for _, id := range s.order {
 		b := s.backends[id]
-		b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return now.Sub(r.at) > ReservationTTL })
+		if len(b.reservations) > 0 && now.Sub(b.reservations[0].at) > ReservationTTL {
+			b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return now.Sub(r.at) > ReservationTTL })
+		}
 		if !b.view.Routable() {
 			continue
 		}
-		c := b.view.ClusterID
-		if at, ok := latestAt[c]; !ok || b.view.UpdatedAt.After(at) {
-			latest[c], latestAt[c] = len(byCluster[c]), b.view.UpdatedAt
+		if b.view.ClusterID != prev {
+			flush()
+			prev = b.view.ClusterID
 		}
-		byCluster[c] = append(byCluster[c], lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
-		resv[c] = append(resv[c], b.reservations...)
+		group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
+		resv = append(resv, b.reservations...)
 	}
-	ids := sortedKeys(byCluster)
-	candidates := make([]lb.Candidate, 0, len(ids))
-	clusters := make(map[string]*clusterInfo, len(ids))
-	for _, c := range ids {
-		cand, ok := lb.Aggregate(c, byCluster[c], latest[c])
-		if !ok {
-			continue
+	flush()
+	s.group = group
+	for c, info := range s.clusters {
+		if !info.seen {
+			delete(s.clusters, c)
 		}
-		for _, r := range resv[c] {
-			cand.Load = cand.Load.Reserve(r.tokens, r.priority)
-		}
-		candidates = append(candidates, cand)
-		info := &clusterInfo{}
-		if old, ok := s.clusters[c]; ok {
-			info.next = old.next
-		}
-		for i := range byCluster[c] {
-			info.backends = append(info.backends, byCluster[c][i].ID)
-		}
-		clusters[c] = info
 	}
-	s.clusters = clusters
 	s.snapshot = lb.NewSnapshot(s.target.RoutingKey, s.target.Model, candidates)
 	s.dirty = false
 	return s.snapshot
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // balancer returns the instance for entry e (per-target state, created on first use).
@@ -487,9 +518,7 @@ type stateRequest struct{}
 
 func (s *Scheduler) stateNow() *State {
 	st := &State{Target: s.target, Backends: len(s.backends), Parked: s.parkedCount, Reservations: map[string]int{}}
-	if s.snapshot != nil {
-		st.Candidates = len(s.snapshot.Candidates)
-	}
+	st.Candidates = len(s.snap().Candidates)
 	for id, b := range s.backends {
 		if len(b.reservations) > 0 {
 			st.Reservations[id] = len(b.reservations)
