@@ -79,7 +79,7 @@ func start(t *testing.T, name string, args ...string) {
 		if t.Failed() {
 			if b, err := os.ReadFile(logf.Name()); err == nil {
 				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-				t.Logf("%s %v log (last lines):\n%s", name, args, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+				t.Logf("%s %v log (last lines):\n%s", name, args, strings.Join(lines[max(0, len(lines)-40):], "\n"))
 			}
 		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
@@ -111,7 +111,7 @@ type backendSpec struct {
 func startFleet(t *testing.T, lbConfig string, backends ...backendSpec) *fleetE2E {
 	t.Helper()
 	gw := freePort(t)
-	args := []string{"--http-listen-addr", gw, "--health-probe-interval-ms", "200", "--log-level", "warn"}
+	args := []string{"--http-listen-addr", gw, "--health-probe-interval-ms", "200", "--log-level", "debug"}
 	if lbConfig != "" {
 		p := filepath.Join(t.TempDir(), "lb-config.json")
 		if err := os.WriteFile(p, []byte(lbConfig), 0o600); err != nil {
@@ -232,7 +232,8 @@ func TestLoopbackE2EAffinity(t *testing.T) {
 	for i := range 20 {
 		status, body, h := f.chat(map[string]string{"x-cache-affinity-key": "session-42"})
 		if status != 200 {
-			t.Fatalf("request %d: %d %s", i, status, body)
+			_, state, _ := f.do("GET", "/debug/state", nil, nil)
+			t.Fatalf("request %d: %d %s\nstate: %s", i, status, body, state)
 		}
 		if primary == "" {
 			primary = h["x-inference-server-id"]

@@ -41,6 +41,7 @@ const (
 	DefaultProbeTimeout        = 2 * time.Second
 	DefaultHeadersTimeout      = 30 * time.Second
 	DefaultReloadPoll          = time.Second
+	DefaultMinExpiry           = 3 * time.Second
 )
 
 // Config is the gateway's configuration. Zero fields take the defaults above; negative
@@ -59,9 +60,11 @@ type Config struct {
 	NoRetryBudgetHeader    bool
 	HealthProbeInterval    time.Duration
 	Heartbeat              time.Duration
-	ControlToken           string
-	MetricsPrefix          string
-	DrainTimeout           time.Duration
+	// MinExpiry: a backend expires after 3 missed heartbeats, but never sooner than this.
+	MinExpiry     time.Duration
+	ControlToken  string
+	MetricsPrefix string
+	DrainTimeout  time.Duration
 	// ShutdownDelay keeps serving (with /readyz answering 503) this long after a shutdown
 	// starts, so load balancers stop sending before the listener closes. Default 0.
 	ShutdownDelay time.Duration
@@ -102,6 +105,7 @@ func (c *Config) withDefaults() Config {
 	set(&out.ProbeTimeout, DefaultProbeTimeout)
 	set(&out.HeadersTimeout, DefaultHeadersTimeout)
 	set(&out.ReloadPoll, DefaultReloadPoll)
+	set(&out.MinExpiry, DefaultMinExpiry)
 	if out.MetricsPrefix == "" {
 		out.MetricsPrefix = DefaultMetricsPrefix
 	}
@@ -200,8 +204,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.fleet = fleet.New(fleet.Deps{
 		Now: deps.Now, Logger: g.log, System: g.sys, Schedulers: g.dir,
 		NewClient: g.newClient, Probe: g.probe, ProbeInterval: cfg.HealthProbeInterval,
-		DefaultHeartbeat: cfg.Heartbeat,
-		OnExpired:        func(string) { g.metrics.inc(mBackendsExpired) },
+		DefaultHeartbeat: cfg.Heartbeat, MinExpiry: cfg.MinExpiry,
+		OnExpired: func(string) { g.metrics.inc(mBackendsExpired) },
 	})
 	g.server = &fasthttp.Server{
 		Handler:               g.handle,

@@ -209,7 +209,7 @@ func TestControlEndpoint(t *testing.T) {
 // A backend that stops sending heartbeats expires after 3 of them.
 func TestBackendExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, gateway.Config{}, "")
+		h := newHarness(t, gateway.Config{MinExpiry: time.Millisecond}, "")
 		p := h.pylon("p1", "c1", idleLoad(), nil)
 		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","heartbeat_ms":100,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
 		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
@@ -365,6 +365,28 @@ func TestOperationalEndpoints(t *testing.T) {
 			if !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)
 			}
+		}
+	})
+}
+
+// A very short heartbeat does not expire a backend sooner than MinExpiry (default 3 s).
+func TestBackendMinExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, "")
+		h.pylon("p1", "c1", idleLoad(), nil)
+		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","heartbeat_ms":100,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
+		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
+			t.Fatal(r.body)
+		}
+		time.Sleep(2999 * time.Millisecond)
+		synctest.Wait()
+		if r := h.chat(nil); r.status != 200 {
+			t.Fatalf("before 3 s: %d %s", r.status, r.body)
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if r := h.chat(nil); r.status != 404 {
+			t.Errorf("after 3 s: %d %s", r.status, r.body)
 		}
 	})
 }

@@ -34,6 +34,7 @@ type cli struct {
 	ProxyRetryBudgetHeader       string        `name:"proxy-retry-budget-header" help:"Request header carrying the retry budget in ms from arrival (empty disables)." default:"x-stargate-max-wait-ms"`
 	HealthProbeIntervalMs        int           `name:"health-probe-interval-ms" help:"RTT probe period per backend (GET /health through the data pool)." default:"1000"`
 	HeartbeatMs                  int           `name:"heartbeat-ms" help:"Heartbeat expected from pylons that do not say theirs; a backend expires after 3 missed heartbeats." default:"1000"`
+	MinBackendExpiryMs           int           `name:"min-backend-expiry-ms" help:"A backend expires after 3 missed heartbeats, but never sooner than this." default:"3000"`
 	ControlToken                 string        `name:"control-token" help:"Bearer token pylons must present on /control/v1/backends (empty = no auth)." default:""`
 	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
@@ -78,6 +79,7 @@ func (c *cli) Run() error {
 		RetryBudgetHeader: c.ProxyRetryBudgetHeader, NoRetryBudgetHeader: c.ProxyRetryBudgetHeader == "",
 		HealthProbeInterval: time.Duration(c.HealthProbeIntervalMs) * time.Millisecond,
 		Heartbeat:           time.Duration(c.HeartbeatMs) * time.Millisecond,
+		MinExpiry:           time.Duration(max(c.MinBackendExpiryMs, 1)) * time.Millisecond,
 		ControlToken:        c.ControlToken, MetricsPrefix: c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed,
 	}

@@ -112,7 +112,7 @@ func (a *backendActor) onRegistered(m registered) {
 	if hb <= 0 {
 		hb = a.fleet.deps.DefaultHeartbeat
 	}
-	a.lastSeen, a.deadline = m.at, m.at.Add(missedHeartbeats*hb)
+	a.lastSeen, a.deadline = m.at, m.at.Add(max(missedHeartbeats*hb, a.fleet.deps.MinExpiry))
 	for name := range a.models {
 		if _, ok := m.reg.Models[name]; !ok {
 			delete(a.models, name)

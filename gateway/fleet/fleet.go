@@ -41,6 +41,9 @@ type Deps struct {
 	ProbeInterval time.Duration
 	// DefaultHeartbeat applies when a registration does not say its heartbeat.
 	DefaultHeartbeat time.Duration
+	// MinExpiry is the shortest time a backend stays registered without a heartbeat, so a
+	// very short heartbeat (or a briefly starved process) does not flap the fleet.
+	MinExpiry time.Duration
 	// OnExpired is called (from the actor) when a backend expires or deregisters.
 	OnExpired func(id string)
 }
