@@ -45,6 +45,8 @@ type cli struct {
 	StepDecodeMsPerSeq    float64  `name:"step-decode-ms-per-seq" default:"0.085" help:"Step time per decoding sequence (batched)."`
 	StepPrefillMsPerToken float64  `name:"step-prefill-ms-per-token" default:"0.05" help:"Step time per prefill token (batched)."`
 	MaxRequestBodyBytes   int      `name:"max-request-body-bytes" default:"16777216" help:"Largest accepted request body; larger gets 413."`
+	ReadBufferBytes       int      `name:"read-buffer-bytes" default:"4096" help:"Per-connection read buffer; caps request header size (larger headers get 431). Released while a stream is open."`
+	WriteBufferBytes      int      `name:"write-buffer-bytes" default:"1024" help:"Per-connection write buffer, held for the life of a stream."`
 	LogLevel              string   `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
@@ -67,6 +69,8 @@ func (c *cli) config() mock.Config {
 		Seed:                   c.Seed,
 		TimeScale:              c.TimeScale,
 		MaxRequestBodyBytes:    c.MaxRequestBodyBytes,
+		ReadBufferBytes:        c.ReadBufferBytes,
+		WriteBufferBytes:       c.WriteBufferBytes,
 		Batched: latency.BatchedConfig{
 			Workers:             c.NumGPUWorkers,
 			MaxNumSeqs:          c.MaxNumSeqs,

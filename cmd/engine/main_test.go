@@ -203,7 +203,7 @@ func TestBadFlagExitsNonZero(t *testing.T) {
 	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	for _, args := range [][]string{{"--engine-model", "quantum"}, {"--time-scale", "0"}, {"--num-tokens", "-3"}} {
+	for _, args := range [][]string{{"--engine-model", "quantum"}, {"--time-scale", "0"}, {"--num-tokens", "-3"}, {"--read-buffer-bytes", "100"}} {
 		out, err := exec.CommandContext(t.Context(), bin, args...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exit 0", args)

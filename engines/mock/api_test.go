@@ -46,6 +46,7 @@ func TestBadInputIsAnsweredWithOpenAIErrors(t *testing.T) {
 			{"missing input", call{method: "POST", path: "/v1/responses", body: `{}`}, 400, "invalid_request_error", "missing_required_parameter"},
 			{"bad encoding", call{method: "POST", path: "/v1/embeddings", body: `{"input":"x","encoding_format":"hex"}`}, 400, "invalid_request_error", "invalid_value"},
 			{"oversize body", call{method: "POST", path: "/v1/chat/completions", body: chatBody(false, strings.Repeat("x", 5000))}, 413, "invalid_request_error", "request_too_large"},
+			{"oversize headers", call{method: "POST", path: "/v1/chat/completions", body: chatBody(false, "x"), headers: hdrs("x-big", strings.Repeat("a", 5000))}, 431, "invalid_request_error", "request_header_too_large"},
 			{"wrong method", call{method: "GET", path: "/v1/chat/completions"}, 405, "invalid_request_error", "method_not_allowed"},
 			{"unknown path", call{method: "GET", path: "/v2/nothing"}, 404, "not_found_error", "not_found"},
 			{"unknown control field", call{method: "PUT", path: "/test-control/models/m", body: `{"explode":true}`}, 400, "invalid_request_error", "invalid_json"},

@@ -17,6 +17,16 @@ const (
 	DefaultTokenDelay          = 100 * time.Millisecond
 	DefaultMaxRequestBodyBytes = 16 << 20
 	DefaultEmbeddingDimensions = 64
+	// DefaultReadBufferBytes is the per-connection read buffer. It caps a request's
+	// header size (fasthttp's default, enough for long bearer tokens); prompts travel in
+	// the body, which has its own limit.
+	DefaultReadBufferBytes = 4096
+	// DefaultWriteBufferBytes is the per-connection write buffer. Every SSE event is
+	// flushed on its own and fits in it; a non-streamed body larger than the rest of the
+	// buffer costs one more write call.
+	DefaultWriteBufferBytes = 1024
+	// MinBufferBytes is the smallest accepted read or write buffer.
+	MinBufferBytes = 256
 	// PingInterval is the stats stream's ping period.
 	PingInterval = time.Second
 )
@@ -65,6 +75,14 @@ type Config struct {
 	TimeScale float64
 	// MaxRequestBodyBytes bounds request bodies; larger bodies get 413 (zero means 16 MiB).
 	MaxRequestBodyBytes int
+	// ReadBufferBytes is the per-connection read buffer; a request whose headers do not
+	// fit gets 431 (zero means 4096). The server runs with fasthttp's ReduceMemoryUsage,
+	// so the buffer is returned to a pool once a request is read: an open stream does
+	// not hold it.
+	ReadBufferBytes int
+	// WriteBufferBytes is the per-connection write buffer, held while a response is
+	// written, for the whole life of a stream (zero means 1024).
+	WriteBufferBytes int
 }
 
 // ErrConfig is the class of configuration errors.
@@ -89,6 +107,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRequestBodyBytes == 0 {
 		c.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if c.ReadBufferBytes == 0 {
+		c.ReadBufferBytes = DefaultReadBufferBytes
+	}
+	if c.WriteBufferBytes == 0 {
+		c.WriteBufferBytes = DefaultWriteBufferBytes
 	}
 	c.Batched.TimeScale = c.TimeScale
 	return c
@@ -144,8 +168,23 @@ func (c Config) Validate() error {
 	if c.MaxRequestBodyBytes < 0 {
 		bad("max-request-body-bytes is %d, want ≥ 0", c.MaxRequestBodyBytes)
 	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"read-buffer-bytes", c.ReadBufferBytes}, {"write-buffer-bytes", c.WriteBufferBytes}} {
+		if f.n != 0 && f.n < MinBufferBytes {
+			bad("%s is %d, want 0 (default) or ≥ %d", f.name, f.n, MinBufferBytes)
+		}
+	}
 	if err := c.Batched.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+		// One line per bad batched field, each marked as a config error.
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range joined.Unwrap() {
+				errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, e))
+			}
+		} else {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -127,7 +127,12 @@ func New(cfg Config, deps Deps) (*Engine, error) {
 		MaxRequestBodySize:    max(2*cfg.MaxRequestBodyBytes, cfg.MaxRequestBodyBytes+1<<20),
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{e.log},
+		ReadBufferSize:        cfg.ReadBufferBytes,
+		WriteBufferSize:       cfg.WriteBufferBytes,
+		// Return the read buffer to a pool once a request is read, and the write buffer
+		// once a response is written: an open stream then holds only its write buffer.
+		ReduceMemoryUsage: true,
+		Logger:            fasthttpLogger{e.log},
 	}
 	if e.sim != nil {
 		e.driverDone = make(chan struct{})
@@ -197,12 +202,9 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
 }
 
+// errorHandler answers requests fasthttp could not read.
 func (e *Engine) errorHandler(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, err)
-		return
-	}
-	writeError(ctx, badRequest("bad_request", "cannot parse the HTTP request"))
+	writeError(ctx, fmt.Errorf("%w: %w", errBadHTTP, err))
 }
 
 // Handler is the engine's fasthttp handler.

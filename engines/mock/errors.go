@@ -28,7 +28,11 @@ const (
 	typeUnavailable    = "service_unavailable"
 )
 
-var errEngineClosed = errors.New("engine is shutting down")
+var (
+	errEngineClosed = errors.New("engine is shutting down")
+	// errBadHTTP wraps the errors of requests fasthttp could not read.
+	errBadHTTP = errors.New("cannot parse the HTTP request")
+)
 
 func badRequest(code, msg string) *apiError {
 	return &apiError{Status: fasthttp.StatusBadRequest, Type: typeInvalidRequest, Code: code, Message: msg}
@@ -36,13 +40,23 @@ func badRequest(code, msg string) *apiError {
 
 // errorResponse is the one place that maps an error to a status and JSON body.
 func errorResponse(err error) (status int, body []byte, retryAfter int) {
-	var ae *apiError
+	var (
+		ae    *apiError
+		small *fasthttp.ErrSmallBuffer
+	)
 	switch {
 	case errors.As(err, &ae):
 	case errors.Is(err, errEngineClosed):
-		ae = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: typeUnavailable, Code: "engine_shutting_down", Message: err.Error()}
+		ae = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: typeUnavailable, Code: "engine_shutting_down", Message: errEngineClosed.Error()}
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		ae = &apiError{Status: fasthttp.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large", Message: "request body too large"}
+	case errors.As(err, &small):
+		ae = &apiError{
+			Status: fasthttp.StatusRequestHeaderFieldsTooLarge, Type: typeInvalidRequest, Code: "request_header_too_large",
+			Message: "request headers larger than the read buffer (--read-buffer-bytes)",
+		}
+	case errors.Is(err, errBadHTTP):
+		ae = badRequest("bad_request", errBadHTTP.Error())
 	default:
 		ae = &apiError{Status: fasthttp.StatusInternalServerError, Type: typeServer, Code: "internal_error", Message: "internal error"}
 	}

@@ -395,6 +395,10 @@ func (e *Engine) generate(ctx *fasthttp.RequestCtx, ep endpoint) error {
 	h.Set(headerKVEvictedToks, strconv.FormatUint(g.evicted.Tokens, 10))
 	h.Set(headerRequestID, id)
 	if req.stream {
+		// The prompt and its block hashes served the cache lookup and commit; an open
+		// stream keeps neither, nor the request body.
+		g.key, req.prefix = prefixKey{}, nil
+		ctx.Request.ResetBody()
 		ctx.SetContentType("text/event-stream")
 		h.Set("Cache-Control", "no-cache")
 		ctx.SetBodyStream(newSSEStream(g, dropAfter), -1)
