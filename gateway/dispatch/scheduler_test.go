@@ -272,3 +272,50 @@ func TestPreferClusterSibling(t *testing.T) {
 		}
 	})
 }
+
+// REFERENCE.md §9.2 items 23, 24, 28, 29: round-robin state is per routing target (model and
+// routing key), and an override to the configured algorithm shares its instance.
+func TestRoundRobinStatePerTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := actors.NewSystem(slog.New(slog.DiscardHandler))
+		dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler), Observer: &countingObserver{}, Seed: 1})
+		defer func() {
+			dir.Stop()
+			time.Sleep(time.Minute)
+		}()
+		targets := []dispatch.Target{{Model: "a"}, {Model: "b"}, {RoutingKey: "tenant", Model: "a"}}
+		for _, tg := range targets {
+			pid := dir.Ensure(tg)
+			for _, id := range []string{"c0", "c1", "c2"} {
+				sys.Root.Send(pid, dispatch.BackendChanged{View: dispatch.BackendView{
+					ID: id, ClusterID: id, Active: true, HasRTT: true, Seq: &atomic.Uint64{}, UpdatedAt: time.Now(),
+					Load: load.Load{InputTPS: 1000}, SeqEcho: 1 << 40,
+				}})
+			}
+		}
+		rr := lbconfig.DefaultEntry(lbconfig.RoundRobin)
+		next := func(tg dispatch.Target) string {
+			p := dispatch.NewPending(time.Now())
+			p.Entry = rr
+			sys.Root.Send(dir.Lookup(tg), dispatch.Route{P: p})
+			return (<-p.Mailbox).BackendID
+		}
+		got := []string{next(targets[0]), next(targets[0]), next(targets[1]), next(targets[0]), next(targets[1]), next(targets[2])}
+		want := []string{"c0", "c1", "c0", "c2", "c1", "c0"}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("sequence %v, want %v (independent per target)", got, want)
+			}
+		}
+		// An entry equal to the configured one but reached through a header (another Name)
+		// shares the instance: the sequence continues.
+		alias := rr
+		alias.Name = "round_robin"
+		p := dispatch.NewPending(time.Now())
+		p.Entry = alias
+		sys.Root.Send(dir.Lookup(targets[1]), dispatch.Route{P: p})
+		if id := (<-p.Mailbox).BackendID; id != "c2" {
+			t.Errorf("override of the configured algorithm restarted the sequence: %s, want c2", id)
+		}
+	})
+}
