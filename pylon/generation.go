@@ -1,6 +1,7 @@
 package pylon
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,12 +18,17 @@ const sweepInterval = time.Second
 
 type phaseCount struct{ requests, tokens uint64 }
 
-// genSnapshot is the immutable view a generation actor publishes after every change; the
-// data path (x-pylon-load), the registrars and the metrics read it without messages.
+// genSnapshot is the immutable view of a generation's aggregate that the data path
+// (x-pylon-load), the registrars (only when they send) and the metrics (only when scraped)
+// read without messages. The actor builds it lazily: a change only marks the generation
+// dirty; the snapshot is rebuilt, at most once per batch of changes, when a reader needs
+// it (see generation.snapshot and the acknowledged request messages). Building it is one
+// allocation: the queue estimates live in pq unless more than len(pq) priorities have
+// queued work.
 type genSnapshot struct {
-	generation uint64
-	load       load.Load
-	phases     [3]phaseCount
+	load   load.Load
+	phases [3]phaseCount
+	pq     [4]load.PriorityEstimate
 }
 
 // generation is the handle of one (model, generation) actor.
@@ -31,6 +37,49 @@ type generation struct {
 	gen   uint64
 	pid   *actor.PID
 	snap  atomic.Pointer[genSnapshot]
+	// dirty is set by the actor when its aggregate changed after snap was built and
+	// cleared once snap is rebuilt (after the store, so !dirty implies snap is current).
+	dirty atomic.Bool
+	// done is closed when the actor has stopped: callers waiting for a reply give up.
+	done    chan struct{}
+	replies *replyPool
+}
+
+// replyPool recycles the one-slot reply channels of calls to generation actors. There is
+// one per pylon (not a global: a channel belongs to the synctest bubble that made it).
+type replyPool struct{ p sync.Pool }
+
+func newReplyPool() *replyPool {
+	return &replyPool{p: sync.Pool{New: func() any { return make(chan reply, 1) }}}
+}
+
+func (rp *replyPool) get() chan reply { return rp.p.Get().(chan reply) }
+
+// put recycles ch; only a channel whose reply was received may be put back.
+func (rp *replyPool) put(ch chan reply) { rp.p.Put(ch) }
+
+// call sends m, which carries ch, to the actor and waits for the answer; ok is false when
+// the actor stopped first. With the synchronized dispatcher an idle actor has already
+// answered when Send returns, so this costs no goroutine switch.
+func (g *generation) call(sender actor.SenderContext, m any, ch chan reply) (r reply, ok bool) {
+	sender.Send(g.pid, m)
+	select {
+	case r = <-ch:
+		return r, true
+	case <-g.done:
+		return reply{unavailable: true}, false
+	}
+}
+
+// snapshot is the current snapshot, first asking the actor to rebuild it when it is dirty.
+func (g *generation) snapshot(sender actor.SenderContext) *genSnapshot {
+	if g.dirty.Load() {
+		ch := g.replies.get()
+		if _, ok := g.call(sender, &flush{reply: ch}, ch); ok {
+			g.replies.put(ch)
+		}
+	}
+	return g.snap.Load()
 }
 
 // modelEntry is one model id ever seen: its metrics and current generation (nil while
@@ -42,7 +91,16 @@ type modelEntry struct {
 }
 
 // genActor owns one generation's aggregate (DESIGN.md §3). Every message is applied to the
-// pure stats.Aggregate, then the snapshot is republished and the registrars are told.
+// pure stats.Aggregate; a change marks the generation dirty and tells the registrars (which
+// coalesce: only the first change after each of their sends posts to them). The snapshot
+// is rebuilt only for a reader: before acknowledging a request's responseStarted or
+// completed (the handler then writes x-pylon-load, which so includes its own request),
+// before answering a rejected admission, and on flush (registrars, metrics).
+//
+// It runs on a synchronized dispatcher (genProps): a message sent while the actor is idle
+// is processed inline on the sender's goroutine, so a request handler's calls cost no
+// goroutine hop; messages that arrive meanwhile are processed in order by whichever
+// goroutine is running the mailbox. Receive never blocks.
 type genActor struct {
 	g        *generation
 	agg      *stats.Aggregate
@@ -50,72 +108,131 @@ type genActor struct {
 	now      func() time.Time
 	onChange func()
 	alarm    *actors.Alarm
+	dirty    bool
 	retired  bool
 	retireAt time.Time
 }
 
 func (a *genActor) Receive(c actor.Context) {
-	now := a.now()
-	changed := true
+	defer func() {
+		if r := recover(); r != nil {
+			// A caller waiting on this message must not hang on a bug: answer it, then let
+			// protoactor's supervision log the panic and restart the actor.
+			if m, ok := c.Message().(interface{ replyTo() chan reply }); ok {
+				select {
+				case m.replyTo() <- reply{unavailable: true}:
+				default: // already answered
+				}
+			}
+			panic(r)
+		}
+	}()
 	switch m := c.Message().(type) {
-	case *actor.Started:
-		a.alarm = actors.NewAlarm(c.ActorSystem().Root, c.Self())
-		a.alarm.Arm(now, now.Add(sweepInterval))
-	case *actor.Stopping:
-		a.alarm.Stop()
-		changed = false
 	case *requestAdmitted:
 		if a.retired {
-			m.reply <- admitReply{unavailable: true}
+			m.reply <- reply{unavailable: true}
 			return
 		}
+		now := a.now()
 		d := a.agg.Admit(m.id, m.priority, m.inputTokens, m.expectedMs, m.hasExpected, a.adm, now)
-		changed = d.Admit()
-		if changed {
-			a.publish(now)
+		if d.Admit() {
+			a.changed()
+		} else {
+			a.refresh(now) // the 429 carries x-pylon-load
 		}
-		m.reply <- admitReply{decision: d}
-		if changed {
-			a.onChange()
-		}
-		return
+		m.reply <- reply{decision: d}
 	case *responseStarted:
 		a.agg.ResponseStarted(m.id)
+		a.changed()
+		a.refresh(a.now())
+		m.reply <- reply{}
 	case *firstOutput:
 		a.agg.FirstOutput(m.id, m.at)
+		a.changed()
 	case *finished:
 		a.agg.Finish(m.id, m.outputTokens, m.decode, m.at)
+		a.changed()
+	case *completed:
+		a.agg.ResponseStarted(m.id)
+		if m.output {
+			a.agg.FirstOutput(m.id, m.at)
+		}
+		a.agg.Finish(m.id, m.outputTokens, 0, m.at)
+		a.changed()
+		a.refresh(m.at)
+		m.reply <- reply{}
+	case *flush:
+		a.refresh(a.now())
+		m.reply <- reply{}
 	case *updated:
-		changed = a.agg.Apply(&m.update, now)
-	case *retire:
-		a.retired, a.retireAt = true, now.Add(RetireGrace)
-		a.alarm.Arm(now, a.retireAt)
+		if a.agg.Apply(&m.update, a.now()) {
+			a.changed()
+		}
 	case actors.Tick:
+		now := a.now()
 		a.alarm.Fired()
 		if a.retired && !now.Before(a.retireAt) {
 			c.Stop(c.Self())
 			return
 		}
-		changed = a.agg.Sweep(now)
+		if a.agg.Sweep(now) {
+			a.changed()
+		}
 		a.alarm.Arm(now, now.Add(sweepInterval))
+	case *retire:
+		now := a.now()
+		a.retired, a.retireAt = true, now.Add(RetireGrace)
+		a.alarm.Arm(now, a.retireAt)
+	case *actor.Started:
+		now := a.now()
+		a.alarm = actors.NewAlarm(c.ActorSystem().Root, c.Self())
+		a.alarm.Arm(now, now.Add(sweepInterval))
+	case *actor.Stopping:
+		a.alarm.Stop()
+	case *actor.Stopped:
+		close(a.g.done)
 	default:
-		changed = false
 	}
-	if changed && !a.retired {
-		a.publish(now)
+}
+
+// changed marks the snapshot stale and tells the registrars (not for a retired generation:
+// gateways no longer see it).
+func (a *genActor) changed() {
+	if !a.dirty {
+		a.dirty = true
+		a.g.dirty.Store(true)
+	}
+	if !a.retired {
 		a.onChange()
 	}
 }
 
+// refresh rebuilds the snapshot if it is stale.
+func (a *genActor) refresh(now time.Time) {
+	if a.dirty {
+		a.publish(now)
+	}
+}
+
+// genProps spawns a generation actor on the synchronized dispatcher (see genActor).
+func genProps(a *genActor) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
+}
+
+// publish rebuilds the snapshot from the aggregate.
 func (a *genActor) publish(now time.Time) {
-	s := &genSnapshot{generation: a.g.gen, load: a.agg.Load(now)}
+	s := &genSnapshot{}
+	a.agg.LoadInto(&s.load, now, s.pq[:0])
 	for i, ph := range stats.Phases {
 		s.phases[i].requests, s.phases[i].tokens = a.agg.PhaseCounts(ph)
 	}
 	a.g.snap.Store(s)
+	a.dirty = false
+	a.g.dirty.Store(false)
 }
 
-// Messages of the generation actor (immutable once sent).
+// Messages of the generation actor (immutable once sent). Those with a reply channel are
+// answered exactly once.
 type (
 	requestAdmitted struct {
 		id          string
@@ -123,14 +240,17 @@ type (
 		inputTokens uint64
 		expectedMs  uint64
 		hasExpected bool
-		reply       chan admitReply
+		reply       chan reply
 	}
-	admitReply struct {
+	reply struct {
 		decision    admission.Decision
 		unavailable bool
 	}
-	responseStarted struct{ id string }
-	firstOutput     struct {
+	responseStarted struct {
+		id    string
+		reply chan reply
+	}
+	firstOutput struct {
 		id string
 		at time.Time
 	}
@@ -140,6 +260,22 @@ type (
 		outputTokens uint64
 		decode       time.Duration
 	}
+	// completed reports a buffered (non-streamed) response: headers, output (when
+	// output) and completion at one instant, in one message.
+	completed struct {
+		id           string
+		at           time.Time
+		outputTokens uint64
+		output       bool
+		reply        chan reply
+	}
+	// flush asks for the snapshot to be rebuilt if it is stale.
+	flush   struct{ reply chan reply }
 	updated struct{ update stats.Update }
 	retire  struct{}
 )
+
+func (m *requestAdmitted) replyTo() chan reply { return m.reply }
+func (m *responseStarted) replyTo() chan reply { return m.reply }
+func (m *completed) replyTo() chan reply       { return m.reply }
+func (m *flush) replyTo() chan reply           { return m.reply }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,10 +12,6 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
-
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer", "Upgrade", "Proxy-Connection"}
-
-var replyPool = sync.Pool{New: func() any { return make(chan admitReply, 1) }}
 
 // serve is the data-path handler.
 func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
@@ -40,25 +35,20 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 	p.proxy(ctx)
 }
 
-func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx) {
-	h := &ctx.Request.Header
-	for _, name := range hopByHop {
-		h.Del(name)
-	}
+func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx, strip headerSet) {
+	strip.stripRequest(&ctx.Request.Header)
 	ctx.Request.SetHost(p.upstreamHost)
 	ctx.Request.URI().SetScheme("http")
 }
 
 // health forwards GET /health to the engine without bookkeeping (the gateway's RTT probe).
 func (p *Pylon) health(ctx *fasthttp.RequestCtx) {
-	p.toUpstream(ctx)
+	p.toUpstream(ctx, hopOnly)
 	if err := p.client.DoTimeout(&ctx.Request, &ctx.Response, 5*time.Second); err != nil {
 		connectFailure(p.cfg.LocalConnectFailuresRetryable).write(ctx)
 		return
 	}
-	for _, name := range hopByHop {
-		ctx.Response.Header.Del(name)
-	}
+	hopOnly.stripResponse(&ctx.Response.Header)
 }
 
 func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
@@ -96,19 +86,25 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		generationUnavailable(string(modelName)).write(ctx)
 		return
 	}
-	var expected uint64
-	ev := bytes.TrimSpace(h.Peek(control.HeaderExpectedQueueMs))
-	expected, expErr := strconv.ParseUint(string(ev), 10, 64)
+	var (
+		expected    uint64
+		hasExpected bool
+	)
+	if ev := bytes.TrimSpace(h.Peek(control.HeaderExpectedQueueMs)); len(ev) > 0 {
+		v, err := strconv.ParseUint(string(ev), 10, 64)
+		expected, hasExpected = v, err == nil
+	}
 	gatewayID, seq, seqErr := "", uint64(0), error(nil)
 	if v := h.Peek(control.HeaderDispatchSeq); len(v) > 0 {
 		gatewayID, seq, seqErr = control.ParseDispatchSeq(string(v))
 	}
 	id := string(rid)
 
-	reply := replyPool.Get().(chan admitReply)
-	p.sys.Root.Send(g.pid, &requestAdmitted{id: id, priority: priority, inputTokens: inputTokens, expectedMs: expected, hasExpected: len(ev) > 0 && expErr == nil, reply: reply})
-	r := <-reply
-	replyPool.Put(reply)
+	ch := g.replies.get()
+	r, ok := g.call(p.sys.Root, &requestAdmitted{id: id, priority: priority, inputTokens: inputTokens, expectedMs: expected, hasExpected: hasExpected, reply: ch}, ch)
+	if ok {
+		g.replies.put(ch)
+	}
 	if r.unavailable {
 		generationUnavailable(g.model).write(ctx)
 		return
@@ -129,11 +125,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
 
-	p.toUpstream(ctx)
-	h.Del(control.HeaderExpectedQueueMs)
-	h.Del(control.HeaderDispatchSeq)
-	h.Del(control.HeaderDynamoPriority)
-	h.Del(control.HeaderDynamoStrict)
+	p.toUpstream(ctx, toEngine)
 	if p.cfg.UpstreamBackend == BackendDynamo {
 		var ep uint32
 		if hasPriority := len(h.Peek(control.HeaderPriority)) > 0; hasPriority && priority < p.cfg.PriorityCeiling {
@@ -142,11 +134,12 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		h.Set(control.HeaderDynamoPriority, strconv.FormatUint(uint64(ep), 10))
 		h.Set(control.HeaderDynamoStrict, "0")
 	}
-	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()}
 	if !wantsStream(ctx) {
-		p.relayBuffered(ctx, obs, gatewayID)
+		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()} // stays on the stack
+		p.relayBuffered(ctx, &obs, gatewayID)
 		return
 	}
+	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()}
 	up := fasthttp.AcquireResponse()
 	up.StreamBody = true
 	if err := p.client.Do(&ctx.Request, up); err != nil {
@@ -155,22 +148,20 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	obs.headers(up.StatusCode())
-	p.classify(&up.Header)
+	p.fromUpstream(&up.Header)
 	up.Header.CopyTo(&ctx.Response.Header)
-	for _, name := range hopByHop {
-		ctx.Response.Header.Del(name)
-	}
-	p.addLoad(ctx, g, gatewayID)
 	bs, ok := up.BodyStream().(interface {
 		Read([]byte) (int, error)
 		CloseWithError(error) error
 	})
-	if !ok {
+	if !ok { // the engine answered with a complete body after all
 		ctx.Response.SetBody(up.Body())
 		obs.complete(up.Body())
+		p.addLoad(ctx, g, gatewayID)
 		fasthttp.ReleaseResponse(up)
 		return
 	}
+	p.addLoad(ctx, g, gatewayID)
 	ctx.Response.SetBodyStream(relay.NewStream(bs, obs, p.now, func() { fasthttp.ReleaseResponse(up) }), -1)
 	ctx.Response.ImmediateHeaderFlush = true
 }
@@ -180,11 +171,9 @@ func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, ga
 		p.upstreamFailed(ctx, obs, err, gatewayID)
 		return
 	}
-	obs.headers(ctx.Response.StatusCode())
-	p.classify(&ctx.Response.Header)
-	for _, name := range hopByHop {
-		ctx.Response.Header.Del(name)
-	}
+	obs.status = ctx.Response.StatusCode()
+	obs.mm.headers.Update(p.now().Sub(obs.start).Seconds())
+	p.fromUpstream(&ctx.Response.Header)
 	obs.complete(ctx.Response.Body())
 	p.addLoad(ctx, obs.g, gatewayID)
 }
@@ -202,14 +191,25 @@ func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, e
 	p.addLoad(ctx, obs.g, gatewayID)
 }
 
-// classify applies the retry signalling of REFERENCE.md §4.6 item 9 to an engine response.
-func (p *Pylon) classify(h *fasthttp.ResponseHeader) {
+// fromUpstream strips an engine response's hop-by-hop headers and applies the retry
+// signalling of REFERENCE.md §4.6 item 9, in one pass over the header.
+func (p *Pylon) fromUpstream(h *fasthttp.ResponseHeader) {
 	status := h.StatusCode()
-	signalled := bytes.EqualFold(bytes.TrimSpace(h.Peek(p.cfg.UpstreamRetryHeader)), []byte("true"))
-	h.Del(p.cfg.UpstreamRetryHeader)
-	h.Del(control.HeaderRetryable)
-	h.Del(control.HeaderRetryReason)
-	h.Del(control.HeaderRetryAfterMs)
+	signalled := false
+	var present uint64
+	for k, v := range h.All() {
+		if i := p.fromEngine.find(k); i >= 0 {
+			present |= 1 << i
+			if i == 0 && bytes.EqualFold(bytes.TrimSpace(v), []byte("true")) {
+				signalled = true
+			}
+		}
+	}
+	for i := 0; present != 0; present, i = present>>1, i+1 {
+		if present&1 != 0 {
+			h.Del(p.fromEngine[i])
+		}
+	}
 	if !p.retryableStatus(status) {
 		if status >= 500 {
 			p.metrics.nonRetryable("upstream_nonretryable_status")
@@ -239,15 +239,15 @@ func (p *Pylon) retryableStatus(s int) bool {
 	return false
 }
 
-// addLoad sets x-pylon-load for the request's model.
+// addLoad sets x-pylon-load for the request's model from the generation's snapshot.
 func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gatewayID string) {
-	s := g.snap.Load()
+	s := g.snapshot(p.sys.Root)
 	if s == nil {
 		return
 	}
 	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: s.load, DispatchSeq: p.seqOf(gatewayID)}
-	buf := control.AppendLoadReport(make([]byte, 0, 160), &r)
-	ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, buf)
+	var buf [256]byte
+	ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, control.AppendLoadReport(buf[:0], &r))
 }
 
 // wantsStream reports whether the client asked for a streamed response.
@@ -278,10 +278,14 @@ type requestObserver struct {
 	status  int
 }
 
+// headers reports a streamed response's headers; on return the snapshot includes them.
 func (o *requestObserver) headers(status int) {
 	o.status = status
 	o.mm.headers.Update(o.p.now().Sub(o.start).Seconds())
-	o.p.sys.Root.Send(o.g.pid, &responseStarted{id: o.id})
+	ch := o.g.replies.get()
+	if _, ok := o.g.call(o.p.sys.Root, &responseStarted{id: o.id, reply: ch}, ch); ok {
+		o.g.replies.put(ch)
+	}
 }
 
 // FirstOutput implements relay.Observer.
@@ -297,6 +301,13 @@ func (o *requestObserver) Finished(at time.Time, u *relay.Usage, _ error) {
 	if !o.firstAt.IsZero() {
 		decode = at.Sub(o.firstAt)
 	}
+	out := o.account(at, u)
+	o.p.sys.Root.Send(o.g.pid, &finished{id: o.id, at: at, outputTokens: out, decode: decode})
+	o.p.inflight.Add(-1)
+}
+
+// account updates the completion metrics and returns the output token count.
+func (o *requestObserver) account(at time.Time, u *relay.Usage) uint64 {
 	out := u.OutputTokens()
 	if u.HasUsage {
 		o.mm.usage.Inc()
@@ -307,17 +318,23 @@ func (o *requestObserver) Finished(at time.Time, u *relay.Usage, _ error) {
 	o.mm.outHist.Update(float64(out))
 	o.mm.duration.Update(at.Sub(o.start).Seconds())
 	o.mm.status(o.status).Inc()
-	o.p.sys.Root.Send(o.g.pid, &finished{id: o.id, at: at, outputTokens: out, decode: decode})
-	o.p.inflight.Add(-1)
+	return out
 }
 
-// complete reports a buffered (non-streamed) response: output and completion at once.
+// complete reports a buffered (non-streamed) response: headers, output and completion at
+// one instant, in one message; on return the snapshot includes the completion.
 func (o *requestObserver) complete(body []byte) {
 	var s relay.Scanner
 	s.JSON(body)
 	now := o.p.now()
-	if o.status < 300 {
-		o.FirstOutput(now)
+	output := o.status < 300
+	if output {
+		o.mm.first.Update(now.Sub(o.start).Seconds())
 	}
-	o.Finished(now, &s.Usage, nil)
+	out := o.account(now, &s.Usage)
+	ch := o.g.replies.get()
+	if _, ok := o.g.call(o.p.sys.Root, &completed{id: o.id, at: now, outputTokens: out, output: output, reply: ch}, ch); ok {
+		o.g.replies.put(ch)
+	}
+	o.p.inflight.Add(-1)
 }

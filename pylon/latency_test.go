@@ -48,40 +48,45 @@ func TestLoopbackAddedLatency(t *testing.T) {
 	t.Cleanup(func() { _ = bare.Shutdown(); hc.CloseIdleConnections() })
 	bareURL := "http://" + ln.Addr().String()
 
-	run := func(url string) []time.Duration {
-		c := &fasthttp.HostClient{Addr: url[len("http://"):]}
-		defer c.CloseIdleConnections()
-		out := make([]time.Duration, 0, n)
-		for i := range n + n/10 {
-			req := chatRequest(url, "lat", 20, nil)
-			req.SetBodyString(`{"model":"dummy-model","messages":[{"role":"user","content":"hi"}]}`)
-			resp := fasthttp.AcquireResponse()
+	// One keep-alive client per path; every iteration sends one request on each path, in
+	// a rotating order, so drift and bursts of load on the noisy VM hit all paths alike.
+	urls := []string{engineURL, bareURL, pylonURL}
+	clients := make([]*fasthttp.HostClient, len(urls))
+	for i, u := range urls {
+		clients[i] = &fasthttp.HostClient{Addr: u[len("http://"):]}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	samples := [3][]time.Duration{make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)}
+	req := chatRequest(pylonURL, "lat", 20, nil)
+	req.SetBodyString(`{"model":"dummy-model","messages":[{"role":"user","content":"hi"}]}`)
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	warmup := n / 10
+	for i := range n + warmup {
+		for k := range urls {
+			path := (i + k) % len(urls)
+			req.SetRequestURI(urls[path] + "/v1/chat/completions")
 			start := time.Now()
-			err := c.Do(req, resp)
+			err := clients[path].Do(req, resp)
 			d := time.Since(start)
 			if err != nil || resp.StatusCode() != 200 {
-				t.Fatalf("%s: %v %d", url, err, resp.StatusCode())
+				t.Fatalf("%s: %v %d", urls[path], err, resp.StatusCode())
 			}
-			fasthttp.ReleaseRequest(req)
-			fasthttp.ReleaseResponse(resp)
-			if i >= n/10 { // warm-up excluded
-				out = append(out, d)
+			if i >= warmup {
+				samples[path] = append(samples[path], d)
 			}
 		}
-		slices.Sort(out)
-		return out
 	}
 	q := func(d []time.Duration, p float64) time.Duration { return d[int(p*float64(len(d)-1))] }
-	direct, viaBare, viaPylon := make([]time.Duration, 0, 3*n), make([]time.Duration, 0, 3*n), make([]time.Duration, 0, 3*n)
-	// Interleave rounds so drift on the noisy VM hits every path alike.
-	for range 3 {
-		direct = append(direct, run(engineURL)...)
-		viaBare = append(viaBare, run(bareURL)...)
-		viaPylon = append(viaPylon, run(pylonURL)...)
-	}
-	for _, s := range [][]time.Duration{direct, viaBare, viaPylon} {
+	for _, s := range samples {
 		slices.Sort(s)
 	}
+	direct, viaBare, viaPylon := samples[0], samples[1], samples[2]
 	for _, p := range []float64{0.5, 0.99} {
 		bareAdded := q(viaBare, p) - q(direct, p)
 		pylonAdded := q(viaPylon, p) - q(direct, p)

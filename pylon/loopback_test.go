@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/gateway/control"
@@ -23,6 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	startDateRefresher()
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
@@ -32,6 +34,24 @@ func TestMain(m *testing.M) {
 		// protoactor's dead-letter throttle and process registry helpers outlive a system.
 		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
 	)
+}
+
+// startDateRefresher serves one request outside any synctest bubble so that fasthttp's
+// process-wide Date refresher goroutine starts here and not inside a bubble.
+func startDateRefresher() {
+	pc := fasthttputil.NewPipeConns()
+	s := &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) {}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.ServeConn(pc.Conn1())
+	}()
+	c := pc.Conn2()
+	_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	var resp fasthttp.Response
+	_ = resp.Read(bufio.NewReader(c))
+	_ = c.Close()
+	<-done
 }
 
 var (
@@ -89,7 +109,7 @@ func startEngine(t *testing.T, args ...string) string {
 		_ = cmd.Wait()
 	})
 	base := "http://" + addr
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		status, _, err := fasthttp.Get(nil, base+"/health")
 		if err == nil && status == 200 {
@@ -113,6 +133,7 @@ type controlServer struct {
 type received struct {
 	at     time.Time
 	method string
+	auth   string
 	reg    control.Registration
 }
 
@@ -216,14 +237,14 @@ func chatRequest(url, id string, inputTokens int, extra map[string]string) *fast
 
 func TestLoopbackRegistrationOnRequestStart(t *testing.T) {
 	t.Parallel()
-	engineURL := startEngine(t, "--ttft-ms", "300", "--token-delay-ms", "1", "--num-tokens", "2")
+	engineURL := startEngine(t, "--ttft-ms", "1500", "--token-delay-ms", "1", "--num-tokens", "2") // a wide window with the request running
 	cs := startControl(t)
 	cfg := pylon.DefaultConfig()
 	cfg.UpstreamBaseURL, cfg.ModelNames, cfg.Gateways = engineURL, []string{"dummy-model"}, []string{cs.url}
 	cfg.MinUpdateInterval = 5 * time.Second // heartbeats cannot explain a fast update
 	cfg.EngineStatsStream = "off"
 	url := startPylon(t, cfg)
-	first := cs.await(t, 3*time.Second, func(r received) bool { _, ok := modelStats(r, "dummy-model"); return ok })
+	first := cs.await(t, 10*time.Second, func(r received) bool { _, ok := modelStats(r, "dummy-model"); return ok })
 	if s, _ := modelStats(first, "dummy-model"); s.NumRunningQueries != 0 {
 		t.Fatalf("idle registration: %+v", s)
 	}
@@ -236,11 +257,14 @@ func TestLoopbackRegistrationOnRequestStart(t *testing.T) {
 		defer fasthttp.ReleaseResponse(resp)
 		errc <- fasthttp.Do(req, resp)
 	}()
-	r := cs.await(t, 2*time.Second, func(r received) bool { s, _ := modelStats(r, "dummy-model"); return s.NumRunningQueries == 1 })
+	r := cs.await(t, 4*time.Second, func(r received) bool { s, _ := modelStats(r, "dummy-model"); return s.NumRunningQueries == 1 })
 	lag := r.at.Sub(start)
 	t.Logf("registration with the running request arrived %v after the request started (coalesce %v)", lag, cfg.StatsUpdateCoalesce)
-	if lag > cfg.StatsUpdateCoalesce+90*time.Millisecond {
-		t.Errorf("registration lag %v, want within one coalesce interval (+ loopback slack)", lag)
+	// Behaviour only, with a bound a loaded CI machine meets: the update is change-driven
+	// (well before the 5 s heartbeat). The exact "within one coalesce interval" is asserted
+	// on virtual time by TestHermeticRegistrationWithinOneCoalesceInterval.
+	if lag > 2*time.Second {
+		t.Errorf("registration lag %v, want a change-driven update long before the %v heartbeat", lag, cfg.MinUpdateInterval)
 	}
 	if r.reg.DispatchSeq != 0 || r.reg.URL != url || r.reg.ClusterID != "pylon" {
 		t.Errorf("registration identity: %+v", r.reg)
@@ -269,7 +293,7 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(scrape(t, url), `pylon_requests_inflight{model="dummy-model"} 2`) {
 		if time.Now().After(deadline) {
 			t.Fatal("the two holding requests never became live")

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -62,6 +63,15 @@ type pylonMetrics struct {
 	set    *metrics.Set
 	prefix string
 	id     string
+	// outcomes caches the retry-signalling counters by outcomeKey (the series name is
+	// formatted once per distinct outcome, not per request).
+	outcomes sync.Map
+}
+
+type outcomeKey struct {
+	retryable bool
+	reason    string
+	status    int
 }
 
 func newPylonMetrics(prefix, id, version string) *pylonMetrics {
@@ -79,11 +89,25 @@ func (m *pylonMetrics) gauge(name string) *metrics.Gauge {
 }
 
 func (m *pylonMetrics) retryable(reason string, status int) {
-	m.counter(mRetryable + `{inference_server_id="` + m.id + `",reason="` + reason + `",status="` + strconv.Itoa(status) + `"}`).Inc()
+	m.outcome(outcomeKey{retryable: true, reason: reason, status: status}).Inc()
 }
 
 func (m *pylonMetrics) nonRetryable(reason string) {
-	m.counter(mNonRetryable + `{inference_server_id="` + m.id + `",reason="` + reason + `"}`).Inc()
+	m.outcome(outcomeKey{reason: reason}).Inc()
+}
+
+func (m *pylonMetrics) outcome(k outcomeKey) *metrics.Counter {
+	if c, ok := m.outcomes.Load(k); ok {
+		return c.(*metrics.Counter)
+	}
+	var c *metrics.Counter
+	if k.retryable {
+		c = m.counter(mRetryable + `{inference_server_id="` + m.id + `",reason="` + k.reason + `",status="` + strconv.Itoa(k.status) + `"}`)
+	} else {
+		c = m.counter(mNonRetryable + `{inference_server_id="` + m.id + `",reason="` + k.reason + `"}`)
+	}
+	m.outcomes.Store(k, c)
+	return c
 }
 
 // modelMetrics are the cached series of one model (all generations share them).
@@ -103,14 +127,14 @@ type modelMetrics struct {
 	usage     *metrics.Counter
 	chunks    *metrics.Counter
 
-	mu       sync.Mutex
-	byStatus map[int]*metrics.Counter
+	// byStatus caches requests_total by HTTP status (100–599), created on first use.
+	byStatus [500]atomic.Pointer[metrics.Counter]
 }
 
 func newModelMetrics(m *pylonMetrics, model string, snap func() *genSnapshot) *modelMetrics {
 	l := escape(model)
 	ml := `{model="` + l + `"}`
-	mm := &modelMetrics{m: m, label: l, byStatus: map[int]*metrics.Counter{}, decisions: make([]*metrics.Counter, len(admission.Results))}
+	mm := &modelMetrics{m: m, label: l, decisions: make([]*metrics.Counter, len(admission.Results))}
 	for _, r := range admission.Results {
 		mm.decisions[r] = m.counter(mAdmissionDecisions + `{inference_server_id="` + m.id + `",model_id="` + l + `",result="` + r.String() + `"}`)
 	}
@@ -164,12 +188,17 @@ func newModelMetrics(m *pylonMetrics, model string, snap func() *genSnapshot) *m
 }
 
 func (mm *modelMetrics) status(code int) *metrics.Counter {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	c, ok := mm.byStatus[code]
-	if !ok {
-		c = mm.m.counter(mRequestsTotal + `{model="` + mm.label + `",status="` + strconv.Itoa(code) + `"}`)
-		mm.byStatus[code] = c
+	slot := (*atomic.Pointer[metrics.Counter])(nil)
+	if code >= 100 && code < 600 {
+		slot = &mm.byStatus[code-100]
+		if c := slot.Load(); c != nil {
+			return c
+		}
+	}
+	// GetOrCreate makes concurrent first uses agree on one counter.
+	c := mm.m.counter(mRequestsTotal + `{model="` + mm.label + `",status="` + strconv.Itoa(code) + `"}`)
+	if slot != nil {
+		slot.Store(c)
 	}
 	return c
 }

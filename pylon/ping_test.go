@@ -66,7 +66,7 @@ func TestLoopbackPingOverridesConcurrencyFallback(t *testing.T) {
 	maxConc := func(want uint64) func(received) bool {
 		return func(r received) bool { s, ok := modelStats(r, "llama"); return ok && s.MaxEngineConcurrency == want }
 	}
-	cs.await(t, 3*time.Second, maxConc(8)) // the fallback is published from the first registration
+	cs.await(t, 10*time.Second, maxConc(8)) // the fallback is published from the first registration
 	for _, step := range []struct {
 		line string
 		want uint64
@@ -81,11 +81,11 @@ func TestLoopbackPingOverridesConcurrencyFallback(t *testing.T) {
 	} {
 		select {
 		case lines <- step.line:
-		case <-time.After(3 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("the pylon never connected to the stats stream")
 		}
 		if step.want != 25 || step.line[len(step.line)-3:] == "25}" {
-			cs.await(t, 2*time.Second, maxConc(step.want))
+			cs.await(t, 10*time.Second, maxConc(step.want))
 		}
 	}
 }

@@ -52,6 +52,8 @@ type Pylon struct {
 	client       *fasthttp.HostClient
 	control      *fasthttp.Client
 	upstreamHost string
+	fromEngine   headerSet // removed from engine responses (fromEngineSet)
+	replies      *replyPool
 	server       *fasthttp.Server
 	ln           net.Listener
 
@@ -62,7 +64,7 @@ type Pylon struct {
 	seqMu sync.Mutex
 	seqs  map[string]uint64
 
-	registrars []*actor.PID
+	registrars []registrarRef
 	draining   atomic.Bool
 	inflight   atomic.Int64
 }
@@ -85,7 +87,8 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p := &Pylon{
 		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
 		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host,
-		seqs: map[string]uint64{}, ln: deps.Listener,
+		seqs: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
+		replies: newReplyPool(),
 	}
 	empty := map[string]*modelEntry{}
 	p.models.Store(&empty)
@@ -109,6 +112,12 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	}
 	p.sys = actors.NewSystem(p.log)
 	return p, nil
+}
+
+// registrarRef is a running registrar and the notifier that wakes it on change.
+type registrarRef struct {
+	pid    *actor.PID
+	notify *register.Notifier
 }
 
 type fasthttpLogger struct{ log *slog.Logger }
@@ -163,7 +172,7 @@ func (p *Pylon) setModels(names []string) {
 			e = &modelEntry{name: name}
 			e.metrics = newModelMetrics(p.metrics, name, func() *genSnapshot {
 				if g := e.cur.Load(); g != nil {
-					return g.snap.Load()
+					return g.snapshot(p.sys.Root)
 				}
 				return nil
 			})
@@ -190,21 +199,22 @@ func (p *Pylon) setModels(names []string) {
 }
 
 func (p *Pylon) spawnGeneration(model string) *generation {
-	g := &generation{model: model, gen: p.nextGen.Add(1)}
+	g := &generation{model: model, gen: p.nextGen.Add(1), done: make(chan struct{}), replies: p.replies}
 	agg := stats.NewAggregate(model, g.gen, stats.Options{
 		FallbackConcurrency: p.cfg.MaxEngineConcurrency, InitialInputTPS: p.cfg.InitialInputTPS, PinInputTPS: p.cfg.PinInputTPS,
 	})
 	a := &genActor{g: g, agg: agg, adm: p.cfg.Admission, now: p.now, onChange: p.publish}
 	now := p.now()
 	a.publish(now) // the first registration already carries the fallback concurrency
-	g.pid = p.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	g.pid = p.sys.Root.Spawn(genProps(a))
 	return g
 }
 
-// publish tells every registrar that the snapshot changed.
+// publish tells every registrar that the snapshot changed (a no-op for a registrar that
+// already has a send pending).
 func (p *Pylon) publish() {
-	for _, pid := range p.registrars {
-		p.sys.Root.Send(pid, register.Publish{})
+	for _, r := range p.registrars {
+		r.notify.Notify(p.sys.Root, r.pid)
 	}
 }
 
@@ -223,7 +233,7 @@ func (p *Pylon) snapshot(gatewayID string) control.Registration {
 		if g == nil {
 			continue
 		}
-		s := g.snap.Load()
+		s := g.snapshot(p.sys.Root)
 		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Stats: control.StatsFromLoad(&s.load)}
 	}
 	return reg
@@ -311,20 +321,17 @@ func (p *Pylon) Run(ctx context.Context) error {
 		}
 		p.ln = ln
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.server.Serve(p.ln) }()
-	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
-
-	loops, cancelLoops := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	p.startEngineLoops(loops, &wg)
+	// Registrars first (p.registrars is fixed before any generation can publish), then the
+	// configured models, then the data path: a request for a configured model never meets
+	// a pylon that does not know it yet.
 	for _, gw := range p.cfg.Gateways {
 		router := escape(gw)
 		connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
+		notify := &register.Notifier{}
 		pid := p.sys.Root.Spawn(register.Props(
 			register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
 			register.Deps{
-				Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log,
+				Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify,
 				OnConnected: func(ok bool) {
 					if ok {
 						connected.Set(1)
@@ -333,12 +340,20 @@ func (p *Pylon) Run(ctx context.Context) error {
 					}
 				},
 			}))
-		p.registrars = append(p.registrars, pid)
+		p.registrars = append(p.registrars, registrarRef{pid: pid, notify: notify})
 	}
 
 	if len(p.cfg.ModelNames) > 0 {
 		p.setModels(p.cfg.ModelNames)
-	} else {
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.server.Serve(p.ln) }()
+	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
+
+	loops, cancelLoops := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	p.startEngineLoops(loops, &wg)
+	if len(p.cfg.ModelNames) == 0 {
 		wg.Go(func() { p.discover(loops) })
 	}
 	var runErr error
@@ -368,8 +383,8 @@ func (p *Pylon) shutdown() {
 	for p.inflight.Load() > 0 && p.now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, pid := range p.registrars {
-		_ = p.sys.Root.PoisonFuture(pid).Wait()
+	for _, r := range p.registrars {
+		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
 	}
 	for _, gw := range p.cfg.Gateways {
 		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)

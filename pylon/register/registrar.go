@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -31,6 +32,19 @@ const (
 
 // Publish tells a registrar that the snapshot changed; it sends within one coalesce interval.
 type Publish struct{}
+
+// Notifier wakes one registrar on change without flooding its mailbox: only the first
+// change after each send posts a Publish; later changes ride along with the pending send
+// (the registrar reads the snapshot when it sends, not when it is told). Safe for
+// concurrent use. The zero value is ready; pass it in Deps.Notifier.
+type Notifier struct{ pending atomic.Bool }
+
+// Notify posts Publish to pid unless one is already pending.
+func (n *Notifier) Notify(sender actor.SenderContext, pid *actor.PID) {
+	if n.pending.CompareAndSwap(false, true) {
+		sender.Send(pid, Publish{})
+	}
+}
 
 // sent is the result of one PUT.
 type sent struct {
@@ -70,6 +84,9 @@ type Deps struct {
 	OnConnected func(bool)
 	// OnAck reports the gateway id learned from an ack.
 	OnAck func(gatewayID string)
+	// Notifier, when set, is the one producers call; the registrar re-opens it each time
+	// it takes a snapshot.
+	Notifier *Notifier
 }
 
 // Registrar is the actor. Create it with New and spawn it with Props.
@@ -88,7 +105,12 @@ type Registrar struct {
 	sends     uint64
 }
 
-// Props returns the props of a registrar for cfg.
+// Props returns the props of a registrar for cfg. It stays on protoactor's default
+// dispatcher (its own goroutine per burst of messages), deliberately: Deps.Snapshot may wait
+// for other actors (the pylon's generation actors rebuild their snapshots on demand), and
+// on a synchronized dispatcher the registrar could run nested inside such an actor's
+// processing on the same goroutine (a Tick queued behind a Publish sent from it) and wait
+// for itself. Publishes are rare anyway: a Notifier posts at most one per send.
 func Props(cfg Config, deps Deps) *actor.Props {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -160,22 +182,25 @@ func (r *Registrar) done(m *sent) {
 	r.backoff = min(2*r.backoff, BackoffMax)
 }
 
+// due is when the next send is due.
+func (r *Registrar) due() time.Time {
+	switch {
+	case r.failing:
+		return r.nextAt
+	case r.dirty:
+		return r.lastSent.Add(r.cfg.Coalesce)
+	default:
+		return r.lastSent.Add(r.cfg.Heartbeat)
+	}
+}
+
 // step sends when due, else arms the alarm for the next due time.
 func (r *Registrar) step(c actor.Context) {
 	if r.inFlight {
 		return
 	}
 	now := r.deps.Now()
-	var due time.Time
-	switch {
-	case r.failing:
-		due = r.nextAt
-	case r.dirty:
-		due = r.lastSent.Add(r.cfg.Coalesce)
-	default:
-		due = r.lastSent.Add(r.cfg.Heartbeat)
-	}
-	if now.Before(due) {
+	if due := r.due(); now.Before(due) {
 		r.alarm.Arm(now, due)
 		return
 	}
@@ -183,11 +208,16 @@ func (r *Registrar) step(c actor.Context) {
 }
 
 func (r *Registrar) send(c actor.Context, now time.Time) {
+	if r.deps.Notifier != nil {
+		r.deps.Notifier.pending.Store(false) // a change from now on notifies again
+	}
 	reg := r.deps.Snapshot(r.gatewayID)
 	reg.HeartbeatMs = uint64(max(r.cfg.Heartbeat.Milliseconds(), 0))
 	body, err := json.Marshal(&reg)
 	if err != nil {
 		r.deps.Logger.Error("registration_encode_failed", "err", err)
+		r.dirty, r.lastSent = false, now // retry with the next heartbeat
+		r.alarm.Arm(now, now.Add(r.cfg.Heartbeat))
 		return
 	}
 	r.inFlight, r.dirty, r.lastSent = true, false, now

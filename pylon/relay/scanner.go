@@ -55,8 +55,8 @@ func (s *Scanner) Feed(chunk []byte) (firstOutput bool) {
 		}
 		line := chunk[:i]
 		chunk = chunk[i+1:]
-		if s.skipping {
-			s.skipping = false
+		if s.skipping || len(s.partial)+len(line) > MaxEventBytes {
+			s.partial, s.skipping = s.partial[:0], false
 			continue
 		}
 		if len(s.partial) > 0 {

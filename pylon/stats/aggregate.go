@@ -117,6 +117,11 @@ type Aggregate struct {
 	engineRunning  uint64
 	engineWaiting  uint64
 	haveEngineLoad bool
+
+	// Scratch reused by Admit and the estimates (the owner serializes access).
+	others   load.Load
+	othersPQ []load.PriorityEstimate
+	prios    []uint32
 }
 
 // NewAggregate returns the aggregate of generation gen of model.
@@ -167,8 +172,9 @@ func (a *Aggregate) PhaseCounts(p Phase) (requests, inputTokens uint64) {
 // of every other live request and, unless rejected, tracks it as Pending. A request id
 // that is already live is decided but not tracked twice.
 func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs uint64, hasExpected bool, c admission.Config, now time.Time) admission.Decision {
-	others := a.Load(now)
-	d := admission.Decide(c, expectedMs, hasExpected, &others, priority)
+	a.LoadInto(&a.others, now, a.othersPQ[:0])
+	a.othersPQ = a.others.QueueEstimates[:0:cap(a.others.QueueEstimates)]
+	d := admission.Decide(c, expectedMs, hasExpected, &a.others, priority)
 	if !d.Admit() {
 		return d
 	}
@@ -414,8 +420,17 @@ func (a *Aggregate) Sweep(now time.Time) bool {
 
 // Load is the published view at now (the 17 fields of REFERENCE.md §4.3).
 func (a *Aggregate) Load(now time.Time) load.Load {
+	var l load.Load
+	a.LoadInto(&l, now, nil)
+	return l
+}
+
+// LoadInto writes the published view at now into l without allocating when buf has room
+// for the queue estimates: they are appended to buf[:0]. Capabilities and Sources share
+// the aggregate's copy-on-write slices, so l stays valid after later changes.
+func (a *Aggregate) LoadInto(l *load.Load, now time.Time, buf []load.PriorityEstimate) {
 	tps := a.input.Published()
-	l := load.Load{
+	*l = load.Load{
 		InputTPS:                 tps,
 		OutputTPS:                a.output.Mean(),
 		MaxOutputTPS:             a.output.Max(),
@@ -430,24 +445,28 @@ func (a *Aggregate) Load(now time.Time) load.Load {
 		KVUsedTokens:             a.kvUsed,
 		KVFreeTokens:             a.kvFree,
 		ObservedAtUnixMilli:      now.UnixMilli(),
-		QueueEstimates:           a.queueEstimates(tps),
+		QueueEstimates:           a.appendQueueEstimates(buf, tps),
 		Capabilities:             a.caps,
 		Sources:                  a.sources,
 	}
-	return l
 }
 
-// queueEstimates is the priority map of REFERENCE.md §4.3 #12: for each priority with
-// prompt work, ceil(cumulative work at priority ≤ p / tps × 1000). InputProcessing work
-// counts at priority 0 (it is ahead of everyone), Pending work at its own priority. An
-// explicit empty map when tps is valid and nothing is queued; nil when tps is unknown.
-func (a *Aggregate) queueEstimates(tps float64) []load.PriorityEstimate {
+// appendQueueEstimates is the priority map of REFERENCE.md §4.3 #12, appended to buf[:0]:
+// for each priority with prompt work, ceil(cumulative work at priority ≤ p / tps × 1000).
+// InputProcessing work counts at priority 0 (it is ahead of everyone), Pending work at its
+// own priority. An explicit empty (non-nil) slice when tps is valid and nothing is queued;
+// nil when tps is unknown.
+func (a *Aggregate) appendQueueEstimates(buf []load.PriorityEstimate, tps float64) []load.PriorityEstimate {
 	if !load.ValidTPS(tps) {
 		return nil
 	}
 	ip := a.tokens[InputProcessing]
-	out := make([]load.PriorityEstimate, 0, len(a.pendingWork)+1)
-	prios := make([]uint32, 0, len(a.pendingWork)+1)
+	n := len(a.pendingWork) + 1
+	out := buf[:0]
+	if out == nil {
+		out = make([]load.PriorityEstimate, 0, n)
+	}
+	prios := a.prios[:0]
 	for p := range a.pendingWork {
 		prios = append(prios, p)
 	}
@@ -457,6 +476,7 @@ func (a *Aggregate) queueEstimates(tps float64) []load.PriorityEstimate {
 		}
 	}
 	slices.Sort(prios)
+	a.prios = prios
 	cum := ip
 	for _, p := range prios {
 		cum += a.pendingWork[p]

@@ -1,0 +1,127 @@
+package pylon
+
+import (
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/stats"
+)
+
+// genRig is one generation actor in its own actor system.
+type genRig struct {
+	root    *actor.RootContext
+	g       *generation
+	a       *genActor
+	changes int
+}
+
+func newGenRig(t *testing.T) (*genRig, func()) {
+	t.Helper()
+	sys := actors.NewSystem(slog.New(slog.DiscardHandler))
+	r := &genRig{root: sys.Root, g: &generation{model: "m", gen: 1, done: make(chan struct{}), replies: newReplyPool()}}
+	r.a = &genActor{
+		g: r.g, agg: stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 4, InitialInputTPS: 1000}),
+		adm: admission.Config{Enabled: true, MinDeltaMs: 25, Tolerance: 1.25}, now: time.Now,
+		onChange: func() { r.changes++ },
+	}
+	r.a.publish(time.Now())
+	r.g.pid = sys.Root.Spawn(genProps(r.a))
+	return r, func() {
+		_ = sys.Root.StopFuture(r.g.pid).Wait() // a no-op when already stopped
+		<-r.g.done
+		sys.Shutdown()
+		time.Sleep(time.Minute)
+	}
+}
+
+func TestGenerationSnapshotIsLazyAndIncludesTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, stop := newGenRig(t)
+		defer stop()
+		root := r.root
+		call := func(m any, ch chan reply) reply {
+			t.Helper()
+			got, ok := r.g.call(root, m, ch)
+			if !ok {
+				t.Fatal("the actor stopped")
+			}
+			return got
+		}
+		ch := make(chan reply, 1)
+		if got := call(&requestAdmitted{id: "a", inputTokens: 100, reply: ch}, ch); !got.decision.Admit() || got.unavailable {
+			t.Fatalf("admission: %+v", got)
+		}
+		// Admitted: the aggregate changed, the snapshot is not rebuilt until someone reads it.
+		if !r.g.dirty.Load() || r.g.snap.Load().load.RunningRequests != 0 || r.changes != 1 {
+			t.Fatalf("after admission: dirty %v, published running %d, changes %d", r.g.dirty.Load(), r.g.snap.Load().load.RunningRequests, r.changes)
+		}
+		if s := r.g.snapshot(root); s.load.RunningRequests != 1 || s.load.QueuedInputTokens != 100 || r.g.dirty.Load() {
+			t.Fatalf("snapshot on demand: %+v dirty %v", s.load, r.g.dirty.Load())
+		}
+		before := r.g.snap.Load()
+		if r.g.snapshot(root) != before {
+			t.Error("a clean snapshot was rebuilt")
+		}
+		// Headers: acknowledged after the snapshot shows the request in input processing.
+		call(&responseStarted{id: "a", reply: ch}, ch)
+		if s := r.g.snap.Load(); s.phases[stats.InputProcessing].requests != 1 || r.g.dirty.Load() {
+			t.Errorf("after headers: phases %+v dirty %v", s.phases, r.g.dirty.Load())
+		}
+		// Streaming milestones without a reader only mark the snapshot dirty.
+		root.Send(r.g.pid, &firstOutput{id: "a", at: time.Now()})
+		root.Send(r.g.pid, &finished{id: "a", at: time.Now().Add(time.Second), outputTokens: 3, decode: time.Second})
+		synctest.Wait()
+		if !r.g.dirty.Load() || r.g.snap.Load().load.RunningRequests != 1 {
+			t.Errorf("after finish: dirty %v, published running %d", r.g.dirty.Load(), r.g.snap.Load().load.RunningRequests)
+		}
+		if s := r.g.snapshot(root); s.load.RunningRequests != 0 {
+			t.Errorf("snapshot after finish: %+v", s.load)
+		}
+		// A buffered response: one acknowledged message, the snapshot shows it finished.
+		call(&requestAdmitted{id: "b", inputTokens: 10, reply: ch}, ch)
+		call(&completed{id: "b", at: time.Now(), outputTokens: 1, output: true, reply: ch}, ch)
+		if s := r.g.snap.Load(); s.load.RunningRequests != 0 || r.g.dirty.Load() {
+			t.Errorf("after completed: %+v dirty %v", s.load, r.g.dirty.Load())
+		}
+	})
+}
+
+func TestGenerationCallAfterStopReturnsUnavailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, stop := newGenRig(t)
+		defer stop()
+		_ = r.root.StopFuture(r.g.pid).Wait()
+		<-r.g.done
+		ch := make(chan reply, 1)
+		root := r.root
+		got, ok := r.g.call(root, &requestAdmitted{id: "late", reply: ch}, ch)
+		if ok || !got.unavailable {
+			t.Errorf("call to a stopped generation: %+v ok %v, want unavailable", got, ok)
+		}
+		r.g.dirty.Store(true)
+		if s := r.g.snapshot(root); s == nil {
+			t.Error("snapshot of a stopped generation: nil, want the last one")
+		}
+	})
+}
+
+func TestGenerationPanicAnswersTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, stop := newGenRig(t)
+		defer stop()
+		r.a.agg = nil // the next admission panics
+		ch := make(chan reply, 1)
+		root := r.root
+		got, ok := r.g.call(root, &requestAdmitted{id: "boom", reply: ch}, ch)
+		if !ok || !got.unavailable {
+			t.Errorf("reply after a panic: %+v ok %v, want unavailable", got, ok)
+		}
+		r.a.agg = stats.NewAggregate("m", 1, stats.Options{})
+	})
+}

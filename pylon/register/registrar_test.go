@@ -1,0 +1,257 @@
+package register_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/pylon/register"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// call is one request the registrar made.
+type call struct {
+	at     time.Duration // since the test started (virtual time)
+	method string
+	url    string
+	token  string
+	reg    control.Registration
+}
+
+// rig is one registrar in its own actor system with a scripted transport.
+type rig struct {
+	t      *testing.T
+	start  time.Time
+	sys    *actor.ActorSystem
+	pid    *actor.PID
+	notify *register.Notifier
+
+	mu        sync.Mutex
+	calls     []call
+	snapshots []string // gateway ids passed to Snapshot
+	answer    func(n int) (int, []byte, error)
+}
+
+func ack(gatewayID string) []byte {
+	b, _ := json.Marshal(control.RegistrationAck{GatewayID: gatewayID, HeartbeatMs: 1000})
+	return b
+}
+
+// newRig spawns a registrar; answer scripts the transport's reply to the n-th call (from 0).
+func newRig(t *testing.T, cfg register.Config, jitter func(time.Duration) time.Duration, answer func(n int) (int, []byte, error)) *rig {
+	t.Helper()
+	r := &rig{t: t, start: time.Now(), sys: actors.NewSystem(slog.New(slog.DiscardHandler)), notify: &register.Notifier{}, answer: answer}
+	deps := register.Deps{
+		Snapshot: func(gatewayID string) control.Registration {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.snapshots = append(r.snapshots, gatewayID)
+			seq := uint64(0)
+			if gatewayID == "gw-1" {
+				seq = 42 // this gateway's dispatch sequence
+			}
+			return control.Registration{ID: "p1", URL: "http://p1:8100", DispatchSeq: seq, Models: map[string]control.Model{}}
+		},
+		Transport: func(_ context.Context, method, url, token string, body []byte) (int, []byte, error) {
+			c := call{at: time.Since(r.start), method: method, url: url, token: token}
+			if err := json.Unmarshal(body, &c.reg); err != nil {
+				t.Errorf("body %s: %v", body, err)
+			}
+			r.mu.Lock()
+			n := len(r.calls)
+			r.calls = append(r.calls, c)
+			r.mu.Unlock()
+			return r.answer(n)
+		},
+		Jitter:   jitter,
+		Notifier: r.notify,
+	}
+	r.pid = r.sys.Root.Spawn(register.Props(cfg, deps))
+	return r
+}
+
+func (r *rig) stop() {
+	_ = r.sys.Root.PoisonFuture(r.pid).Wait()
+	r.sys.Shutdown()
+	time.Sleep(time.Minute) // protoactor's throttles exit (virtual time)
+}
+
+func (r *rig) times() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]time.Duration, len(r.calls))
+	for i := range r.calls {
+		out[i] = r.calls[i].at
+	}
+	return out
+}
+
+func ms(v ...int) []time.Duration {
+	out := make([]time.Duration, len(v))
+	for i, x := range v {
+		out[i] = time.Duration(x) * time.Millisecond
+	}
+	return out
+}
+
+func noJitter(d time.Duration) time.Duration { return d }
+
+func TestRegistrarHeartbeatCadenceAndGatewayID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw:8000", ID: "p1", Token: "s3cret", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond}
+		r := newRig(t, cfg, noJitter, func(int) (int, []byte, error) { return 200, ack("gw-1"), nil })
+		time.Sleep(3500 * time.Millisecond)
+		r.stop()
+		// At start; once more one coalesce interval after learning the gateway id from the
+		// ack (to send that gateway's dispatch sequence); then every heartbeat.
+		if diff := cmp.Diff(ms(0, 10, 1010, 2010, 3010), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"", "gw-1", "gw-1", "gw-1", "gw-1"}, r.snapshots); diff != "" {
+			t.Errorf("Snapshot gateway ids (-want +got):\n%s", diff)
+		}
+		for i, c := range r.calls {
+			wantSeq := uint64(42)
+			if i == 0 {
+				wantSeq = 0
+			}
+			if c.method != "PUT" || c.url != "http://gw:8000"+control.RegistrationPath+"p1" || c.token != "s3cret" ||
+				c.reg.HeartbeatMs != 1000 || c.reg.DispatchSeq != wantSeq {
+				t.Errorf("call %d: %+v", i, c)
+			}
+		}
+		time.Sleep(5 * time.Second)
+		if n := len(r.times()); n != 5 {
+			t.Errorf("%d calls after stop, want none", n-5)
+		}
+	})
+}
+
+func TestRegistrarCoalescesABurstIntoOnePut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 25 * time.Millisecond}
+		r := newRig(t, cfg, noJitter, func(int) (int, []byte, error) { return 200, ack(""), nil })
+		time.Sleep(100 * time.Millisecond) // the start-up PUT at 0 is well in the past
+		// A burst of changes over 40 ms: the first goes out at once (the last send is older
+		// than one interval), the rest coalesce into one PUT per interval.
+		for range 40 {
+			r.notify.Notify(r.sys.Root, r.pid)
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		r.stop()
+		if diff := cmp.Diff(ms(0, 100, 125, 150), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestRegistrarNotifiesWhileIdleAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: 10 * time.Second, Coalesce: 10 * time.Millisecond}
+		r := newRig(t, cfg, noJitter, func(int) (int, []byte, error) { return 200, ack(""), nil })
+		time.Sleep(3 * time.Second)
+		r.notify.Notify(r.sys.Root, r.pid)
+		r.notify.Notify(r.sys.Root, r.pid) // already pending: rides along
+		time.Sleep(5 * time.Millisecond)
+		r.notify.Notify(r.sys.Root, r.pid) // after the send: the next one, one interval later
+		time.Sleep(time.Second)
+		r.stop()
+		if diff := cmp.Diff(ms(0, 3000, 3010), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestRegistrarBacksOffExponentially(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond}
+		r := newRig(t, cfg, noJitter, func(n int) (int, []byte, error) {
+			switch {
+			case n < 4:
+				return 0, nil, errors.New("connection refused")
+			case n < 7:
+				return 503, nil, nil // refused: also backs off
+			default:
+				return 200, ack(""), nil
+			}
+		})
+		time.Sleep(3 * time.Minute)
+		r.stop()
+		// Gaps 1, 2, 4, 8, 16, 30 (capped), 30 s; then healthy heartbeats every second.
+		want := []int{0, 1, 3, 7, 15, 31, 61, 91, 92, 93} // seconds
+		got := r.times()
+		if len(got) < len(want) {
+			t.Fatalf("only %d calls: %v", len(got), got)
+		}
+		for i, w := range want {
+			if w := time.Duration(w) * time.Second; got[i] != w {
+				t.Errorf("call %d at %v, want %v (all: %v)", i, got[i], w, got[:len(want)])
+			}
+		}
+	})
+}
+
+func TestRegistrarBackoffJitterBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond}
+		r := newRig(t, cfg, nil, func(int) (int, []byte, error) { return 0, nil, errors.New("down") }) // default jitter
+		time.Sleep(10 * time.Minute)
+		r.stop()
+		got := r.times()
+		if len(got) < 12 {
+			t.Fatalf("only %d calls", len(got))
+		}
+		backoff := register.BackoffMin
+		for i := 1; i < len(got); i++ {
+			gap := got[i] - got[i-1]
+			lo := time.Duration(float64(backoff) * (1 - register.BackoffJitter))
+			hi := time.Duration(float64(backoff) * (1 + register.BackoffJitter))
+			if gap < lo || gap > hi {
+				t.Errorf("gap %d = %v, want within [%v, %v]", i, gap, lo, hi)
+			}
+			backoff = min(2*backoff, register.BackoffMax)
+		}
+	})
+}
+
+func TestRegistrarRecoversAndResetsBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond}
+		down := true
+		var mu sync.Mutex
+		r := newRig(t, cfg, noJitter, func(int) (int, []byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if down {
+				return 0, nil, errors.New("down")
+			}
+			return 200, ack(""), nil
+		})
+		time.Sleep(10 * time.Second) // calls at 0, 1, 3, 7; next due at 15
+		mu.Lock()
+		down = false
+		mu.Unlock()
+		time.Sleep(7500 * time.Millisecond) // recovers at 15, heartbeat at 16, 17
+		mu.Lock()
+		down = true
+		mu.Unlock()
+		time.Sleep(2500 * time.Millisecond) // fails at 18; the backoff starts again at 1 s: 19
+		r.stop()
+		if diff := cmp.Diff(ms(0, 1000, 3000, 7000, 15000, 16000, 17000, 18000, 19000), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+	})
+}
