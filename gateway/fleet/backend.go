@@ -22,6 +22,8 @@ type (
 	}
 	rttMeasured  struct{ rtt time.Duration }
 	deregistered struct{}
+	// stateRequest asks for the backend's State (debug, /v1/models, scrape-time metrics).
+	stateRequest struct{}
 )
 
 // missedHeartbeats is how many heartbeats a backend may miss before it expires.
@@ -73,13 +75,14 @@ func (a *backendActor) Receive(c actor.Context) {
 			return
 		}
 		a.alarm.Arm(a.fleet.deps.Now(), a.deadline)
+	case stateRequest:
+		c.Respond(a.stateNow())
 	case deregistered:
 		a.fleet.deps.Logger.Info("backend deregistered", "backend", a.b.ID)
 		a.expire(c)
 		return
 	default:
 	}
-	a.publish()
 }
 
 func (a *backendActor) expire(c actor.Context) {
@@ -164,7 +167,8 @@ func (a *backendActor) notify(model string, mv *modelView) {
 	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.BackendChanged{View: v})
 }
 
-func (a *backendActor) publish() {
+// stateNow builds the backend's State (on request only: never on the per-response path).
+func (a *backendActor) stateNow() *State {
 	now := a.fleet.deps.Now()
 	s := &State{
 		ID: a.b.ID, URL: a.b.URL, ClusterID: a.b.ClusterID, RoutingKey: a.b.RoutingKey,
@@ -182,5 +186,5 @@ func (a *backendActor) publish() {
 			s.Routable = true
 		}
 	}
-	a.b.state.Store(s)
+	return s
 }

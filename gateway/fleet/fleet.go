@@ -65,7 +65,6 @@ type Backend struct {
 	Client     *fasthttp.HostClient
 	seq        atomic.Uint64
 	pid        *actor.PID
-	state      atomic.Pointer[State]
 	cancel     context.CancelFunc
 }
 
@@ -167,13 +166,19 @@ func (f *Fleet) ReportRTT(id string, rtt time.Duration) {
 // States returns the published state of every backend, sorted by id.
 func (f *Fleet) States() []*State {
 	f.mu.Lock()
-	out := make([]*State, 0, len(f.backends))
+	pids := make([]*actor.PID, 0, len(f.backends))
 	for _, b := range f.backends {
-		if s := b.state.Load(); s != nil {
-			out = append(out, s)
-		}
+		pids = append(pids, b.pid)
 	}
 	f.mu.Unlock()
+	out := make([]*State, 0, len(pids))
+	for _, pid := range pids {
+		if v, err := f.deps.System.Root.RequestFuture(pid, stateRequest{}, time.Second).Result(); err == nil {
+			if s, ok := v.(*State); ok {
+				out = append(out, s)
+			}
+		}
+	}
 	slices.SortFunc(out, func(a, b *State) int {
 		switch {
 		case a.ID < b.ID:
