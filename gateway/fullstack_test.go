@@ -1,0 +1,153 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/pylon"
+)
+
+// fullStack adds real pylons and mock engines, in process, over in-memory listeners, to a
+// harness gateway: the whole gateway → pylon → engine path on virtual time.
+type fullStack struct {
+	h       *harness
+	cancels []context.CancelFunc
+	done    sync.WaitGroup
+	engines []*mock.Engine
+}
+
+func (f *fullStack) dial(addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "gateway" {
+		return f.h.gwLn.Dial()
+	}
+	return f.h.dial(host + ":80")
+}
+
+func (f *fullStack) listener(host string) *fasthttputil.InmemoryListener {
+	ln := fasthttputil.NewInmemoryListener()
+	f.h.mu.Lock()
+	f.h.lns[host+":80"] = ln
+	f.h.mu.Unlock()
+	return ln
+}
+
+// backend starts engine e<id> and pylon <id> registering with the harness gateway.
+func (f *fullStack) backend(t *testing.T, id string, engineCfg mock.Config, inputTPS float64) {
+	t.Helper()
+	eng, err := mock.New(engineCfg, mock.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.engines = append(f.engines, eng)
+	eln := f.listener("e" + id)
+	f.done.Add(1)
+	go func() {
+		defer f.done.Done()
+		_ = eng.Serve(eln)
+	}()
+	cfg := pylon.DefaultConfig()
+	cfg.UpstreamBaseURL, cfg.Gateways, cfg.AdvertiseURL = "http://e"+id+":80", []string{"http://gateway"}, "http://"+id+":80"
+	cfg.ID, cfg.ModelNames, cfg.InitialInputTPS, cfg.PinInputTPS = id, []string{"dummy-model"}, inputTPS, true
+	cfg.MinUpdateInterval = 200 * time.Millisecond
+	p, err := pylon.New(cfg, pylon.Deps{Listener: f.listener(id), Dial: f.dial, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancels = append(f.cancels, cancel)
+	f.done.Add(1)
+	go func() {
+		defer f.done.Done()
+		if err := p.Run(ctx); err != nil {
+			t.Errorf("pylon %s: %v", id, err)
+		}
+	}()
+}
+
+func (f *fullStack) close() {
+	for _, c := range f.cancels {
+		c()
+	}
+	for _, e := range f.engines {
+		_ = e.Close()
+	}
+	f.done.Wait()
+}
+
+func newFullStack(t *testing.T, lbConfig string) *fullStack {
+	t.Helper()
+	h := newHarness(t, gateway.Config{}, lbConfig)
+	f := &fullStack{h: h}
+	t.Cleanup(f.close) // runs before the harness cleanup (LIFO)
+	return f
+}
+
+// runningOn reports the running count the gateway sees for backend id.
+func (f *fullStack) runningOn(id string) uint64 {
+	var st struct {
+		Backends []backendState `json:"backends"`
+	}
+	_ = json.Unmarshal([]byte(f.h.do("GET", "/debug/state", nil, nil).body), &st)
+	for _, b := range st.Backends {
+		if b.ID == id {
+			return b.Models["dummy-model"].Stats.NumRunningQueries
+		}
+	}
+	return 0
+}
+
+// REFERENCE.md §9.8 item 97 through real pylons and engines on virtual time: the fast engine
+// is full (4/4), the slow one idle; a 4000-token request with no wait headers is served by
+// the slow one after the 150 ms bucket unlock (+ its 800 ms prefill before headers).
+func TestFullStackWaitForSlowBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFullStack(t, `{"default":"wait-and-widen"}`)
+		f.backend(t, "fast", mock.Config{MaxConcurrentRequests: 4, PrefillTokensPerSecond: 20_000, NumTokens: 20, TokenDelay: 100 * time.Millisecond}, 20_000)
+		f.backend(t, "slow", mock.Config{MaxConcurrentRequests: 4, PrefillTokensPerSecond: 5000, NumTokens: 2, TokenDelay: time.Millisecond}, 5000)
+		time.Sleep(time.Second) // registrations, RTT probes and engine pings settle
+		synctest.Wait()
+
+		fill := make(chan string, 4)
+		for range 4 {
+			go func() {
+				r := f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","stream":true,"messages":[{"role":"user","content":"x"}]}`), map[string]string{"x-input-tokens": "400"})
+				fill <- r.headers["X-Inference-Server-Id"]
+			}()
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if got := f.runningOn("fast"); got != 4 {
+			t.Fatalf("fast backend runs %d requests, want 4", got)
+		}
+		start := time.Now()
+		r := f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"x"}]}`), map[string]string{"x-input-tokens": "4000"})
+		took := time.Since(start)
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] != "slow" {
+			t.Fatalf("got %d from %q: %s", r.status, r.headers["X-Inference-Server-Id"], r.body)
+		}
+		t.Logf("time to response: %v", took)
+		if took < 150*time.Millisecond+800*time.Millisecond {
+			t.Errorf("response after %v, want ≥ 150 ms wait + 800 ms prefill", took)
+		}
+		for range 4 {
+			if id := <-fill; id != "fast" {
+				t.Errorf("a filler stream was served by %s", id)
+			}
+		}
+	})
+}
