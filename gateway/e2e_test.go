@@ -311,3 +311,33 @@ func TestLoopbackE2EWaitForSlowBackend(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// §9.8 items 93 and 101 with real binaries: random reaches all three backends within 30
+// requests, and pulsar keeps one key on one backend 20/20.
+func TestLoopbackE2ERandomAndPulsar(t *testing.T) {
+	quick := []string{"--num-tokens", "2", "--token-delay-ms", "1"}
+	f := startFleet(t, `{"default":"random","request_algorithms":{"pulsar":{"algorithm":"pulsar","seed":"e2e"}}}`,
+		backendSpec{"r1", quick, 1000}, backendSpec{"r2", quick, 1000}, backendSpec{"r3", quick, 1000})
+	seen := map[string]int{}
+	for i := range 30 {
+		status, body, h := f.chat(nil)
+		if status != 200 {
+			t.Fatalf("random request %d: %d %s", i, status, body)
+		}
+		seen[h["x-inference-server-id"]]++
+	}
+	if len(seen) != 3 {
+		t.Errorf("random over 30 requests hit %v", seen)
+	}
+	seen = map[string]int{}
+	for i := range 20 {
+		status, body, h := f.chat(map[string]string{"x-routing-method": "pulsar", "x-cache-affinity-key": "prefix-7"})
+		if status != 200 {
+			t.Fatalf("pulsar request %d: %d %s", i, status, body)
+		}
+		seen[h["x-inference-server-id"]]++
+	}
+	if len(seen) != 1 {
+		t.Errorf("pulsar spread one key over %v", seen)
+	}
+}
