@@ -340,4 +340,8 @@ func TestLoopbackE2ERandomAndPulsar(t *testing.T) {
 	if len(seen) != 1 {
 		t.Errorf("pulsar spread one key over %v", seen)
 	}
+	// Item 92 (part): an unknown model is 404 no_eligible_candidates.
+	if status, _, h := f.chat(map[string]string{"x-model": "unknown-model"}); status != 404 || h["x-stargate-error-code"] != "no_eligible_candidates" {
+		t.Errorf("unknown model: %d %v", status, h["x-stargate-error-code"])
+	}
 }
