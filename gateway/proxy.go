@@ -31,6 +31,46 @@ var internalResponse = []string{
 	control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs, control.HeaderExpectedQueueMs, control.HeaderPylonLoad,
 }
 
+// stripped reports whether a header name is in one of the lists (ASCII case-insensitive).
+func stripped(name []byte, lists ...[]string) bool {
+	for _, l := range lists {
+		for _, s := range l {
+			if len(s) == len(name) && strings.EqualFold(s, string(name)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stripRequest deletes hop-by-hop and internal headers in one pass over the request's
+// headers; usually none is present and nothing is deleted.
+func stripRequest(h *fasthttp.RequestHeader) {
+	var del []string
+	for k := range h.All() {
+		if stripped(k, internalRequest, hopByHop) {
+			del = append(del, string(k))
+		}
+	}
+	for _, k := range del {
+		h.Del(k)
+	}
+}
+
+// stripResponse deletes hop-by-hop and internal headers in one pass over the response's
+// headers (the pylon's x-pylon-load is always there).
+func stripResponse(h *fasthttp.ResponseHeader) {
+	var del []string
+	for k := range h.All() {
+		if stripped(k, internalResponse, hopByHop) {
+			del = append(del, string(k))
+		}
+	}
+	for _, k := range del {
+		h.Del(k)
+	}
+}
+
 // cancelPoll is how often a parked request checks that its client is still connected.
 const cancelPoll = 50 * time.Millisecond
 
@@ -77,12 +117,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	h := &ctx.Request.Header
-	for _, name := range internalRequest {
-		h.Del(name)
-	}
-	for _, name := range hopByHop {
-		h.Del(name)
-	}
+	stripRequest(h)
 	h.Set(control.HeaderRequestID, rt.requestID)
 	h.Set(control.HeaderModel, rt.model)
 	if rt.estimated {
@@ -213,12 +248,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		}
 	}
 	rh := &ctx.Response.Header
-	for _, name := range internalResponse {
-		rh.Del(name)
-	}
-	for _, name := range hopByHop {
-		rh.Del(name)
-	}
+	stripResponse(rh)
 	rh.Set(control.HeaderInferenceServerID, b.ID)
 	rh.Set(control.HeaderInferenceServerURL, b.URL)
 	rh.Set(control.HeaderClusterID, out.ClusterID)
