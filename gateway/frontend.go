@@ -22,14 +22,17 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, fmt.Errorf("panic: %v", r))
 		}
 	}()
-	path := string(ctx.Path())
-	switch {
-	case path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses" || path == "/v1/embeddings":
+	p := ctx.Path()
+	if string(p) == "/v1/chat/completions" || string(p) == "/v1/completions" || string(p) == "/v1/responses" || string(p) == "/v1/embeddings" {
 		if !ctx.IsPost() {
-			writeError(ctx, fmt.Errorf("%w: %s needs POST", ErrMethod, path))
+			writeError(ctx, fmt.Errorf("%w: %s needs POST", ErrMethod, p))
 			return
 		}
 		g.handleInference(ctx)
+		return
+	}
+	path := string(p)
+	switch {
 	case strings.HasPrefix(path, control.RegistrationPath):
 		g.handleControl(ctx, strings.TrimPrefix(path, control.RegistrationPath))
 	case path == "/v1/models":

@@ -31,25 +31,26 @@ var internalResponse = []string{
 	control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs, control.HeaderExpectedQueueMs, control.HeaderPylonLoad,
 }
 
-// stripped reports whether a header name is in one of the lists (ASCII case-insensitive).
-func stripped(name []byte, lists ...[]string) bool {
-	for _, l := range lists {
+// stripped returns the listed name matching a header name (ASCII case-insensitive).
+func stripped(name []byte, a, b []string) (string, bool) {
+	for _, l := range [2][]string{a, b} {
 		for _, s := range l {
-			if len(s) == len(name) && strings.EqualFold(s, string(name)) {
-				return true
+			if len(s) == len(name) && bytes.EqualFold([]byte(s), name) {
+				return s, true
 			}
 		}
 	}
-	return false
+	return "", false
 }
 
 // stripRequest deletes hop-by-hop and internal headers in one pass over the request's
 // headers; usually none is present and nothing is deleted.
 func stripRequest(h *fasthttp.RequestHeader) {
-	var del []string
+	var buf [8]string
+	del := buf[:0]
 	for k := range h.All() {
-		if stripped(k, internalRequest, hopByHop) {
-			del = append(del, string(k))
+		if s, ok := stripped(k, internalRequest, hopByHop); ok {
+			del = append(del, s)
 		}
 	}
 	for _, k := range del {
@@ -60,10 +61,11 @@ func stripRequest(h *fasthttp.RequestHeader) {
 // stripResponse deletes hop-by-hop and internal headers in one pass over the response's
 // headers (the pylon's x-pylon-load is always there).
 func stripResponse(h *fasthttp.ResponseHeader) {
-	var del []string
+	var buf [8]string
+	del := buf[:0]
 	for k := range h.All() {
-		if stripped(k, internalResponse, hopByHop) {
-			del = append(del, string(k))
+		if s, ok := stripped(k, internalResponse, hopByHop); ok {
+			del = append(del, s)
 		}
 	}
 	for _, k := range del {
@@ -179,12 +181,14 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		return true, nil
 	}
 	h := &ctx.Request.Header
+	var num [64]byte
 	if out.HasExpected {
-		h.Set(control.HeaderExpectedQueueMs, strconv.FormatUint(out.ExpectedQueueMs, 10))
+		h.SetBytesV(control.HeaderExpectedQueueMs, strconv.AppendUint(num[:0], out.ExpectedQueueMs, 10))
 	} else {
 		h.Del(control.HeaderExpectedQueueMs)
 	}
-	h.Set(control.HeaderDispatchSeq, control.FormatDispatchSeq(g.cfg.GatewayID, out.Seq))
+	seq := append(append(num[:0], g.cfg.GatewayID...), '/')
+	h.SetBytesV(control.HeaderDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Response.Reset()
 	ctx.Response.StreamBody = true
