@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/calibrate"
 	"github.com/switchyard/switchyard/pylon/engine"
 )
 
@@ -31,6 +32,7 @@ const (
 	DefaultDrainTimeout          = 30 * time.Second
 	DefaultMetricsPrefix         = "pylon_"
 	DefaultMaxRequestBodyBytes   = 64 << 20
+	DefaultCalibrationTimeout    = 30 * time.Second
 	// RetireGrace keeps a retired generation's actor answering "unavailable" before it stops.
 	RetireGrace = time.Minute
 )
@@ -49,6 +51,11 @@ type Config struct {
 	InitialInputTPS      float64 // bootstrap input tps (0 = none)
 	PinInputTPS          bool    // keep InitialInputTPS fixed (benchmarks)
 	DoCalibration        bool    // calibrate input tps before registering
+
+	CalibrationRequests       int           // first step's request count, doubles per step (5)
+	CalibrationPromptUnits    int           // prompt size cap in tokens; the ramp starts at 256 (4096)
+	CalibrationMaxConcurrency int           // concurrency starts at 1, +1 per step up to this (4)
+	CalibrationTimeout        time.Duration // a step exceeding this = saturation → stop (30 s)
 
 	EngineStatsStream     string // auto | required | off
 	EngineStatsStreamPath string
@@ -87,6 +94,8 @@ func DefaultConfig() Config {
 		RetryableStatusCodes: []int{429, 503}, RequireUpstreamRetryHeader: true, UpstreamRetryHeader: DefaultUpstreamRetryHeader,
 		PropagateRetryAfter: true, MetricsPrefix: DefaultMetricsPrefix, DiscoveryPollInterval: DefaultDiscoveryPollInterval,
 		DrainTimeout: DefaultDrainTimeout, MaxRequestBodyBytes: DefaultMaxRequestBodyBytes,
+		CalibrationRequests: calibrate.DefaultRequests, CalibrationPromptUnits: calibrate.DefaultPromptUnits,
+		CalibrationMaxConcurrency: calibrate.DefaultMaxConcurrency, CalibrationTimeout: DefaultCalibrationTimeout,
 	}
 }
 
@@ -159,7 +168,15 @@ func (c *Config) Validate() error {
 		bad("model-discovery-poll-interval-ms, drain-timeout-ms and max-request-body-bytes must be positive")
 	}
 	if c.DoCalibration {
-		bad("do-calibration is not implemented yet; use --initial-input-tps or let traffic provide samples")
+		if c.CalibrationRequests <= 0 || c.CalibrationPromptUnits <= 0 || c.CalibrationMaxConcurrency <= 0 {
+			bad("calibration-requests, calibration-prompt-units and calibration-max-concurrency must be > 0")
+		}
+		if c.CalibrationTimeout <= 0 {
+			bad("bringup-calibration-timeout-ms must be > 0")
+		}
+		if c.PinInputTPS {
+			bad("do-calibration and benchmark-pin-input-tps are mutually exclusive")
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -64,7 +64,8 @@ type Pylon struct {
 	seqMu sync.Mutex
 	seqs  map[string]uint64
 
-	registrars []registrarRef
+	// registrars is set once by Run (after calibration); before that publish is a no-op.
+	registrars atomic.Pointer[[]registrarRef]
 	draining   atomic.Bool
 	inflight   atomic.Int64
 }
@@ -213,7 +214,11 @@ func (p *Pylon) spawnGeneration(model string) *generation {
 // publish tells every registrar that the snapshot changed (a no-op for a registrar that
 // already has a send pending).
 func (p *Pylon) publish() {
-	for _, r := range p.registrars {
+	rs := p.registrars.Load()
+	if rs == nil {
+		return
+	}
+	for _, r := range *rs {
 		r.notify.Notify(p.sys.Root, r.pid)
 	}
 }
@@ -321,9 +326,55 @@ func (p *Pylon) Run(ctx context.Context) error {
 		}
 		p.ln = ln
 	}
-	// Registrars first (p.registrars is fixed before any generation can publish), then the
-	// configured models, then the data path: a request for a configured model never meets
-	// a pylon that does not know it yet.
+	// The configured models first, then the data path: a request for a configured model
+	// never meets a pylon that does not know it yet. With --do-calibration the ramp runs
+	// next, through the data path and the engine loops, before any registration; the
+	// registrars start last and send the full snapshot at once.
+	if len(p.cfg.ModelNames) > 0 {
+		p.setModels(p.cfg.ModelNames)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.server.Serve(p.ln) }()
+	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
+
+	loops, cancelLoops := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	p.startEngineLoops(loops, &wg)
+	var calErr error
+	if p.cfg.DoCalibration {
+		calErr = p.calibrate(ctx)
+	}
+	if calErr == nil && ctx.Err() == nil {
+		p.startRegistrars()
+		if len(p.cfg.ModelNames) == 0 {
+			wg.Go(func() { p.discover(loops) })
+		}
+	}
+	runErr := calErr
+	if calErr == nil {
+		select {
+		case <-ctx.Done():
+		case runErr = <-serveErr:
+			serveErr = nil
+		}
+	}
+	p.shutdown()
+	cancelLoops()
+	if serveErr != nil {
+		runErr = errors.Join(runErr, p.server.Shutdown(), <-serveErr)
+	} else {
+		runErr = errors.Join(runErr, p.server.Shutdown())
+	}
+	wg.Wait()
+	p.control.CloseIdleConnections()
+	p.client.CloseIdleConnections()
+	p.sys.Shutdown()
+	return runErr
+}
+
+// startRegistrars starts one registrar per gateway; each sends the full snapshot at once.
+func (p *Pylon) startRegistrars() {
+	rs := make([]registrarRef, 0, len(p.cfg.Gateways))
 	for _, gw := range p.cfg.Gateways {
 		router := escape(gw)
 		connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
@@ -340,40 +391,9 @@ func (p *Pylon) Run(ctx context.Context) error {
 					}
 				},
 			}))
-		p.registrars = append(p.registrars, registrarRef{pid: pid, notify: notify})
+		rs = append(rs, registrarRef{pid: pid, notify: notify})
 	}
-
-	if len(p.cfg.ModelNames) > 0 {
-		p.setModels(p.cfg.ModelNames)
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.server.Serve(p.ln) }()
-	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
-
-	loops, cancelLoops := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	p.startEngineLoops(loops, &wg)
-	if len(p.cfg.ModelNames) == 0 {
-		wg.Go(func() { p.discover(loops) })
-	}
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-serveErr:
-		serveErr = nil
-	}
-	p.shutdown()
-	cancelLoops()
-	if serveErr != nil {
-		runErr = errors.Join(runErr, p.server.Shutdown(), <-serveErr)
-	} else {
-		runErr = errors.Join(runErr, p.server.Shutdown())
-	}
-	wg.Wait()
-	p.control.CloseIdleConnections()
-	p.client.CloseIdleConnections()
-	p.sys.Shutdown()
-	return runErr
+	p.registrars.Store(&rs)
 }
 
 func (p *Pylon) shutdown() {
@@ -383,12 +403,14 @@ func (p *Pylon) shutdown() {
 	for p.inflight.Load() > 0 && p.now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, r := range p.registrars {
-		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
-	}
-	for _, gw := range p.cfg.Gateways {
-		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
-		p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
+	if rs := p.registrars.Load(); rs != nil { // never registered: nothing to deregister
+		for _, r := range *rs {
+			_ = p.sys.Root.PoisonFuture(r.pid).Wait()
+		}
+		for _, gw := range p.cfg.Gateways {
+			status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
+			p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
+		}
 	}
 	for _, e := range *p.models.Load() {
 		if g := e.cur.Load(); g != nil {

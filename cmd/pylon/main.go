@@ -34,7 +34,11 @@ type cli struct {
 	MaxEngineConcurrency  uint64   `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
 	InitialInputTPS       float64  `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
 	BenchmarkPinInputTPS  bool     `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
-	DoCalibration         bool     `name:"do-calibration" help:"Calibrate input tokens/s before registering (not implemented yet)."`
+	DoCalibration         bool     `name:"do-calibration" help:"Calibrate input tokens/s with synthetic requests before registering (only for a cluster's sole pylon; excludes --initial-input-tps)."`
+	CalibrationRequests   int      `name:"calibration-requests" default:"5" help:"Calibration: request count of the first step (doubles per step)."`
+	CalibrationPromptUnit int      `name:"calibration-prompt-units" default:"4096" help:"Calibration: largest prompt size in tokens (the ramp starts at 256 and doubles)."`
+	CalibrationMaxConc    int      `name:"calibration-max-concurrency" default:"4" help:"Calibration: largest concurrency (starts at 1, +1 per step)."`
+	CalibrationTimeoutMs  uint64   `name:"bringup-calibration-timeout-ms" default:"30000" help:"Calibration: a step taking longer means the engine is saturated and ends the ramp."`
 	EngineStatsStream     string   `name:"engine-stats-stream" default:"auto" enum:"auto,required,off" help:"Engine NDJSON stats stream: auto, required or off."`
 	EngineStatsStreamPath string   `name:"engine-stats-stream-path" default:"/pylon/v1/stats/stream" help:"Path of the engine stats stream."`
 	EngineMetrics         string   `name:"engine-metrics" default:"off" enum:"off,vllm,sglang" help:"Scrape the engine's Prometheus /metrics: off, vllm or sglang."`
@@ -70,6 +74,8 @@ func (c *cli) config() pylon.Config {
 	cfg.ListenAddr, cfg.UpstreamBaseURL, cfg.ModelNames, cfg.Gateways = c.HTTPListenAddr, c.UpstreamHTTPBaseURL, c.ModelName, c.Gateway
 	cfg.AdvertiseURL, cfg.ID, cfg.ClusterID = c.AdvertiseURL, c.InferenceServerID, c.ClusterID
 	cfg.MaxEngineConcurrency, cfg.InitialInputTPS, cfg.PinInputTPS, cfg.DoCalibration = c.MaxEngineConcurrency, c.InitialInputTPS, c.BenchmarkPinInputTPS, c.DoCalibration
+	cfg.CalibrationRequests, cfg.CalibrationPromptUnits, cfg.CalibrationMaxConcurrency = c.CalibrationRequests, c.CalibrationPromptUnit, c.CalibrationMaxConc
+	cfg.CalibrationTimeout = ms(c.CalibrationTimeoutMs)
 	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
 	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = ms(c.MinUpdateIntervalMs), ms(c.StatsUpdateCoalesceMs)
 	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: c.QueueAdmissionMinDeltaMs, Tolerance: c.QueueAdmissionTolerance}
