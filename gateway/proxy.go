@@ -76,6 +76,11 @@ func stripResponse(h *fasthttp.ResponseHeader) {
 // cancelPoll is how often a parked request checks that its client is still connected.
 const cancelPoll = 50 * time.Millisecond
 
+// routeGrace bounds a request's wait for its scheduler beyond the longest allowed wait, so
+// a scheduler that can no longer answer (stopped, or restarted after a bug) cannot hang a
+// handler forever.
+const routeGrace = 5 * time.Second
+
 // attemptState is the retry bookkeeping of one request (REFERENCE.md §3.5).
 type attemptState struct {
 	connectRetries int
@@ -297,21 +302,33 @@ func (g *Gateway) await(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pe
 	}
 	t := time.NewTimer(cancelPoll)
 	defer t.Stop()
+	giveUp := p.Arrival.Add(dispatch.DefaultWaitCap + routeGrace)
 	for {
 		select {
 		case o := <-p.Mailbox:
 			return o
 		case <-t.C:
-			if clientGone(ctx) {
-				g.sys.Root.Send(pid, dispatch.Cancel{P: p})
-				o := <-p.Mailbox
+			gone := clientGone(ctx)
+			if !gone && g.deps.Now().Before(giveUp) {
+				t.Reset(cancelPoll)
+				continue
+			}
+			g.sys.Root.Send(pid, dispatch.Cancel{P: p})
+			t.Reset(routeGrace)
+			select {
+			case o := <-p.Mailbox:
 				if o.Kind == dispatch.OutcomeGranted {
 					g.release(pid, &o)
-					return dispatch.Outcome{Kind: dispatch.OutcomeCancelled}
+					o = dispatch.Outcome{Kind: dispatch.OutcomeCancelled}
+				}
+				if !gone && o.Kind == dispatch.OutcomeCancelled {
+					return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Status: 503, Code: "routing_timeout", Reason: "routing_timeout"}
 				}
 				return o
+			case <-t.C:
+				g.log.Error("scheduler did not answer; failing the request", "waited", g.deps.Now().Sub(p.Arrival).String())
+				return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Status: 503, Code: "routing_timeout", Reason: "routing_timeout"}
 			}
-			t.Reset(cancelPoll)
 		}
 	}
 }
