@@ -4,7 +4,12 @@ package scoretest
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/bench/score"
 )
@@ -67,4 +72,25 @@ func Input(name string, skew int) score.Input {
 	}
 	in.MetricDeltas = score.MetricDeltas([][2]string{{GatewayBefore, GatewayAfter}, {PylonBefore, PylonAfter}})
 	return in
+}
+
+// Golden compares got with testdata/<name>; with update it rewrites the file first.
+func Golden(t testing.TB, update bool, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if update {
+		if err := os.MkdirAll("testdata", 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", name, diff)
+	}
 }
