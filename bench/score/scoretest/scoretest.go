@@ -75,22 +75,22 @@ func Input(name string, skew int) score.Input {
 }
 
 // Golden compares got with testdata/<name>; with update it rewrites the file first.
-func Golden(t testing.TB, update bool, name string, got []byte) {
-	t.Helper()
+func Golden(tb testing.TB, update bool, name string, got []byte) {
+	tb.Helper()
 	path := filepath.Join("testdata", name)
 	if update {
 		if err := os.MkdirAll("testdata", 0o750); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if err := os.WriteFile(path, got, 0o600); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
+		tb.Fatalf("%v (run go test -update to create it)", err)
 	}
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", name, diff)
+		tb.Errorf("%s (-want +got):\n%s", name, diff)
 	}
 }
