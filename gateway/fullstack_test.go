@@ -151,3 +151,61 @@ func TestFullStackWaitForSlowBackend(t *testing.T) {
 		}
 	})
 }
+
+// REFERENCE.md §9.8 item 98 through real pylons and engines on virtual time: one key sticks
+// to its primary; when the primary is full, a later request goes elsewhere only after the
+// 100 ms hold; x-max-wait-ms 10 → 503.
+func TestFullStackAffinityHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFullStack(t, `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"wait-and-widen","require_cache_affinity_key":true,"cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`)
+		for _, id := range []string{"a", "b", "c"} {
+			f.backend(t, id, mock.Config{MaxConcurrentRequests: 1, NumTokens: 2, TokenDelay: time.Millisecond, PrefillTokensPerSecond: 100_000}, 100_000)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		body := []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"x"}]}`)
+		key := map[string]string{"x-cache-affinity-key": "session-9", "x-input-tokens": "100"}
+		if r := f.h.do("POST", "/v1/chat/completions", body, map[string]string{"x-input-tokens": "1"}); r.status != 400 {
+			t.Fatalf("without the required key: %d", r.status)
+		}
+		primary := ""
+		for i := range 10 {
+			r := f.h.do("POST", "/v1/chat/completions", body, key)
+			if r.status != 200 {
+				t.Fatalf("request %d: %d %s", i, r.status, r.body)
+			}
+			if primary == "" {
+				primary = r.headers["X-Inference-Server-Id"]
+			}
+			if r.headers["X-Inference-Server-Id"] != primary {
+				t.Fatalf("request %d left the primary %s", i, primary)
+			}
+		}
+		// Occupy the primary's only slot with a long stream.
+		done := make(chan struct{})
+		var long response
+		go func() {
+			defer close(done)
+			long = f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","max_tokens":200,"stream":true,"messages":[{"role":"user","content":"x"}]}`), map[string]string{"x-cache-affinity-key": "session-9", "x-input-tokens": "100", "x-output-tokens": "200"})
+		}()
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		if got := f.runningOn(primary); got != 1 {
+			<-done
+			t.Fatalf("primary runs %d requests, want 1 (long stream: %d from %s)", got, long.status, long.headers["X-Inference-Server-Id"])
+		}
+		withWait := map[string]string{"x-cache-affinity-key": "session-9", "x-input-tokens": "100", "x-max-wait-ms": "10"}
+		if r := f.h.do("POST", "/v1/chat/completions", body, withWait); r.status != 503 {
+			t.Errorf("x-max-wait-ms 10 before X: %d %s", r.status, r.body)
+		}
+		start := time.Now()
+		r := f.h.do("POST", "/v1/chat/completions", body, key)
+		if r.status != 200 || r.headers["X-Inference-Server-Id"] == primary {
+			t.Fatalf("full primary: %d from %s", r.status, r.headers["X-Inference-Server-Id"])
+		}
+		if took := time.Since(start); took < 100*time.Millisecond {
+			t.Errorf("fallback after %v, want ≥ 100 ms", took)
+		}
+		<-done
+	})
+}
