@@ -16,39 +16,17 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 )
 
 // Loopback end-to-end tests with the real binaries (bin/engine, bin/pylon, bin/gateway
 // built into a temp dir) on 127.0.0.1. Skipped with -short.
 
-var (
-	buildOnce sync.Once
-	binDir    string // removed by TestMain
-	errBuild  error
-)
-
-func binaries(t *testing.T) string {
+// binary builds cmd/<name> once per test binary (skipped with -short).
+func binary(t *testing.T, name string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("loopback end-to-end test")
-	}
-	buildOnce.Do(func() {
-		binDir, errBuild = os.MkdirTemp("", "switchyard-e2e-") //nolint:usetesting // shared by every test of the package; TestMain removes it
-		if errBuild != nil {
-			return
-		}
-		for _, b := range []string{"engine", "pylon", "gateway"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, b), "../cmd/"+b).CombinedOutput()
-			if err != nil {
-				errBuild = fmt.Errorf("build %s: %w\n%s", b, err, out)
-				return
-			}
-		}
-	})
-	if errBuild != nil {
-		t.Fatal(errBuild)
-	}
-	return binDir
+	return mocktest.Binary(t, "../cmd/"+name)
 }
 
 func freePort(t *testing.T) string {
@@ -65,7 +43,7 @@ func freePort(t *testing.T) string {
 // start runs a binary in its own process group, stopped (SIGTERM, then SIGKILL) at cleanup.
 func start(t *testing.T, name string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binaries(t), name), args...)
+	cmd := exec.Command(binary(t, name), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {

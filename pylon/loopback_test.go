@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,72 +14,18 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttputil"
-	"go.uber.org/goleak"
 
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon"
 )
 
-func TestMain(m *testing.M) {
-	startDateRefresher()
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-		// protoactor's dead-letter throttle and process registry helpers outlive a system.
-		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
-}
+func TestMain(m *testing.M) { mocktest.Main(m) }
 
-// startDateRefresher serves one request outside any synctest bubble so that fasthttp's
-// process-wide Date refresher goroutine starts here and not inside a bubble.
-func startDateRefresher() {
-	pc := fasthttputil.NewPipeConns()
-	s := &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) {}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.ServeConn(pc.Conn1())
-	}()
-	c := pc.Conn2()
-	_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
-	var resp fasthttp.Response
-	_ = resp.Read(bufio.NewReader(c))
-	_ = c.Close()
-	<-done
-}
-
-var (
-	engineOnce sync.Once
-	enginePath string
-	errEngine  error
-)
-
-// engineBinary builds cmd/engine once per test binary.
+// engineBinary builds cmd/engine once per test binary (skipped with -short).
 func engineBinary(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("loopback test: skipped with -short")
-	}
-	engineOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pylon-engine") //nolint:usetesting // shared by every test of the binary
-		if err != nil {
-			errEngine = err
-			return
-		}
-		enginePath = filepath.Join(dir, "engine")
-		out, err := exec.Command("go", "build", "-o", enginePath, "../cmd/engine").CombinedOutput()
-		if err != nil {
-			errEngine = fmt.Errorf("go build: %w: %s", err, out)
-		}
-	})
-	if errEngine != nil {
-		t.Fatal(errEngine)
-	}
-	return enginePath
+	return mocktest.Binary(t, "../cmd/engine")
 }
 
 func freeAddr(t *testing.T) string {

@@ -1,41 +1,9 @@
 package mock_test
 
 import (
-	"bufio"
 	"testing"
 
-	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttputil"
-	"go.uber.org/goleak"
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 )
 
-func TestMain(m *testing.M) {
-	startDateRefresher()
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		// Benchmarks on real TCP: the process-wide default dialer's cache cleaner, and the
-		// idle cleaners of the worker pool and the benchmark clients, which exit within one idle
-		// period.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-	)
-}
-
-// startDateRefresher serves one request outside any synctest bubble so that fasthttp's
-// process-wide Date refresher goroutine starts here and not inside a bubble.
-func startDateRefresher() {
-	pc := fasthttputil.NewPipeConns()
-	s := &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) {}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.ServeConn(pc.Conn1())
-	}()
-	c := pc.Conn2()
-	_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
-	var resp fasthttp.Response
-	_ = resp.Read(bufio.NewReader(c))
-	_ = c.Close()
-	<-done
-}
+func TestMain(m *testing.M) { mocktest.Main(m) }

@@ -1,0 +1,113 @@
+// Package mocktest is the test kit that ships with the mock engine: what every package
+// testing fasthttp servers (inside testing/synctest bubbles or on loopback) needs — the
+// process-wide fasthttp date refresher started outside any bubble, the goroutine-leak
+// allowances for fasthttp's and protoactor's process-wide helpers, and the repository's
+// binaries built once per test binary for loopback tests.
+package mocktest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+	"go.uber.org/goleak"
+)
+
+// StartDateRefresher serves one request outside any synctest bubble so that fasthttp's
+// process-wide Date refresher goroutine starts here, not inside a bubble. Call it from
+// TestMain before m.Run.
+func StartDateRefresher() {
+	pc := fasthttputil.NewPipeConns()
+	s := &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) {}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.ServeConn(pc.Conn1())
+	}()
+	c := pc.Conn2()
+	_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	var resp fasthttp.Response
+	_ = resp.Read(bufio.NewReader(c))
+	_ = c.Close()
+	<-done
+}
+
+// LeakOptions are the goleak allowances for process-wide helpers that outlive a test:
+// fasthttp's date refresher, dialer cache, worker-pool and client idle cleaners, and
+// protoactor's dead-letter throttle.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+	}
+}
+
+// Main is a TestMain body: it starts the date refresher, runs the tests, removes the
+// binaries built by Binary and checks for leaked goroutines.
+func Main(m *testing.M) {
+	StartDateRefresher()
+	code := m.Run()
+	removeBinaries()
+	if code == 0 {
+		if err := goleak.Find(LeakOptions()...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	binMu   sync.Mutex
+	binDir  string
+	binDone = map[string]error{}
+)
+
+// Binary builds the main package at pkgDir (relative to the test's package, e.g.
+// "../cmd/engine") once per test binary and returns the executable's path. It skips the
+// test with -short. Main removes the binaries at the end.
+func Binary(t *testing.T, pkgDir string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("loopback test: skipped with -short")
+	}
+	binMu.Lock()
+	defer binMu.Unlock()
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "switchyard-bin-") //nolint:usetesting // shared by every test of the binary; Main removes it
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	path := filepath.Join(binDir, filepath.Base(pkgDir))
+	err, built := binDone[pkgDir]
+	if !built {
+		if out, berr := exec.Command("go", "build", "-o", path, pkgDir).CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go build %s: %w\n%s", pkgDir, berr, out)
+		}
+		binDone[pkgDir] = err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func removeBinaries() {
+	binMu.Lock()
+	defer binMu.Unlock()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+}
