@@ -151,3 +151,19 @@ func FuzzParseRegistration(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadReportMergeAndOrder(t *testing.T) {
+	t.Parallel()
+	l := sampleLoad()
+	r := control.LoadReport{Load: load.Load{QueueSize: 9, RunningRequests: 1, MaxEngineConcurrency: 4, InputTPS: 10, ObservedAtUnixMilli: l.ObservedAtUnixMilli + 1}, DispatchSeq: 7}
+	if !r.Supersedes(7, l.ObservedAtUnixMilli) || r.Supersedes(8, 0) || r.Supersedes(0, l.ObservedAtUnixMilli+2) {
+		t.Error("Supersedes must accept newer-or-equal sequence and time only")
+	}
+	want := l
+	want.QueueSize, want.QueuedInputTokens, want.RunningRequests, want.MaxEngineConcurrency = 9, 0, 1, 4
+	want.InputTPS, want.ObservedAtUnixMilli, want.QueueEstimates = 10, l.ObservedAtUnixMilli+1, nil
+	r.MergeInto(&l)
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("MergeInto keeps registration-only fields (-want +got):\n%s", diff)
+	}
+}

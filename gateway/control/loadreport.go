@@ -27,6 +27,21 @@ type LoadReport struct {
 	DispatchSeq uint64
 }
 
+// Supersedes reports whether r may replace a view last updated from a report or
+// registration with dispatch-sequence echo seqEcho and observation time observedAtMs:
+// responses can arrive out of order, and an older report must not overwrite a newer one.
+func (r *LoadReport) Supersedes(seqEcho uint64, observedAtMs int64) bool {
+	return r.DispatchSeq >= seqEcho && r.Load.ObservedAtUnixMilli >= observedAtMs
+}
+
+// MergeInto copies the fields the report carries (exactly those of the wire form) into l,
+// leaving the fields only a full registration carries (KV, output throughput, …) as they are.
+func (r *LoadReport) MergeInto(l *load.Load) {
+	l.QueueSize, l.QueuedInputTokens, l.RunningRequests = r.Load.QueueSize, r.Load.QueuedInputTokens, r.Load.RunningRequests
+	l.MaxEngineConcurrency, l.InputTPS, l.ObservedAtUnixMilli = r.Load.MaxEngineConcurrency, r.Load.InputTPS, r.Load.ObservedAtUnixMilli
+	l.QueueEstimates = r.Load.QueueEstimates
+}
+
 // AppendLoadReport appends the wire form of r to b.
 func AppendLoadReport(b []byte, r *LoadReport) []byte {
 	b = append(b, "v=1;m="...)

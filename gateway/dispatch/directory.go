@@ -20,8 +20,7 @@ type Directory struct {
 }
 
 type entry struct {
-	pid   *actor.PID
-	sched *Scheduler
+	pid *actor.PID
 }
 
 // NewDirectory returns an empty directory spawning schedulers in sys.
@@ -51,7 +50,7 @@ func (d *Directory) Ensure(t Target) *actor.PID {
 	}
 	s := NewScheduler(t, d.deps)
 	pid := d.sys.Root.Spawn(s.Props())
-	d.m[t] = &entry{pid: pid, sched: s}
+	d.m[t] = &entry{pid: pid}
 	return pid
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/zeebo/xxh3"
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/control"
@@ -111,15 +112,8 @@ func NewScheduler(target Target, deps Deps) *Scheduler {
 	return s
 }
 
-func hashTarget(t Target) uint64 {
-	var h uint64 = 1469598103934665603
-	for _, s := range []string{t.RoutingKey, "\x00", t.Model} {
-		for i := range len(s) {
-			h = (h ^ uint64(s[i])) * 1099511628211
-		}
-	}
-	return h
-}
+// hashTarget seeds each target's randomness differently (and reproducibly).
+func hashTarget(t Target) uint64 { return xxh3.HashString(t.RoutingKey + "\x00" + t.Model) }
 
 // Props returns the actor props of s. The mailbox runs on the sender's goroutine when the
 // scheduler is idle (synchronized dispatcher): a Route from a handler is decided inline,

@@ -147,13 +147,10 @@ func (a *backendActor) onLoad(m loadReported) {
 	if !ok || (r.Generation != 0 && mv.generation != 0 && r.Generation != mv.generation) {
 		return
 	}
-	if r.DispatchSeq < mv.view.SeqEcho || r.Load.ObservedAtUnixMilli < mv.view.Load.ObservedAtUnixMilli {
-		return // an older report overtaken by a newer one
+	if !r.Supersedes(mv.view.SeqEcho, mv.view.Load.ObservedAtUnixMilli) {
+		return
 	}
-	l := &mv.view.Load
-	l.QueueSize, l.QueuedInputTokens, l.RunningRequests = r.Load.QueueSize, r.Load.QueuedInputTokens, r.Load.RunningRequests
-	l.MaxEngineConcurrency, l.InputTPS, l.ObservedAtUnixMilli = r.Load.MaxEngineConcurrency, r.Load.InputTPS, r.Load.ObservedAtUnixMilli
-	l.QueueEstimates = r.Load.QueueEstimates
+	r.MergeInto(&mv.view.Load)
 	mv.view.SeqEcho = r.DispatchSeq
 	mv.view.UpdatedAt = m.at
 	a.notify(r.Model, mv)
