@@ -51,7 +51,7 @@ type Deps struct {
 // Fleet is the registry of backends. Safe for concurrent use.
 type Fleet struct {
 	deps     Deps
-	mu       sync.Mutex
+	mu       sync.RWMutex // read-locked on the per-request path (Get)
 	backends map[string]*Backend
 	wg       sync.WaitGroup
 }
@@ -144,8 +144,8 @@ func (f *Fleet) Deregister(id string) bool {
 
 // Get returns the live backend id, or nil.
 func (f *Fleet) Get(id string) *Backend {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	return f.backends[id]
 }
 
