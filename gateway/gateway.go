@@ -253,7 +253,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 		DisablePathNormalizing:        true,
 		ReadBufferSize:                16 << 10,
 		ConnPoolStrategy:              fasthttp.LIFO,
-		Dial:                          g.deps.Dial,
+		Dial:                          headersTimeoutDial(g.deps.Dial),
 	}
 }
 

@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -388,5 +390,48 @@ func TestBackendMinExpiry(t *testing.T) {
 		if r := h.chat(nil); r.status != 404 {
 			t.Errorf("after 3 s: %d %s", r.status, r.body)
 		}
+	})
+}
+
+// The headers timeout bounds only the wait for a pylon's first response bytes: a stream
+// that runs for longer than the timeout is relayed whole, while a pylon that sends
+// nothing within it fails the attempt with 502 (REFERENCE.md §3.6).
+func TestHeadersTimeoutCoversOnlyTheWaitForHeaders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{HeadersTimeout: time.Second, MaxConnectRetries: -1}, "")
+		streaming := func(_ int, ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+				for i := range 4 {
+					fmt.Fprintf(w, "data: {\"chunk\":%d}\n\n", i)
+					_ = w.Flush()
+					time.Sleep(time.Second) // 4 s in all, four times the headers timeout
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			})
+		}
+		h.register(h.pylon("s", "s", idleLoad(), streaming))
+		start := time.Now()
+		r := h.do("POST", "/v1/chat/completions", []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`), nil)
+		if r.status != 200 || strings.Count(r.body, "data: ") != 5 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
+			t.Fatalf("long stream: %d %q", r.status, r.body)
+		}
+		if got := time.Since(start); got != 4*time.Second {
+			t.Errorf("stream took %v, want 4s", got)
+		}
+
+		h2 := newHarness(t, gateway.Config{HeadersTimeout: time.Second, MaxConnectRetries: -1}, "")
+		h2.register(h2.pylon("slow", "slow", idleLoad(), func(_ int, ctx *fasthttp.RequestCtx) {
+			time.Sleep(2 * time.Second) // no bytes before the timeout
+			ctx.SetBodyString(`{}`)
+		}))
+		start = time.Now()
+		if r := h2.chat(nil); r.status != 502 {
+			t.Errorf("silent pylon: %d %s, want 502", r.status, r.body)
+		}
+		if got := time.Since(start); got != time.Second {
+			t.Errorf("silent pylon failed after %v, want 1s", got)
+		}
+		time.Sleep(2 * time.Second) // let the silent pylon's handler finish
 	})
 }
