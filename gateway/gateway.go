@@ -163,6 +163,7 @@ type Gateway struct {
 	log      *slog.Logger
 	sys      *actor.ActorSystem
 	dir      *dispatch.Directory
+	pending  dispatch.PendingPool
 	fleet    *fleet.Fleet
 	lbcfg    atomic.Pointer[lbconfig.Config]
 	lbMtime  time.Time

@@ -20,6 +20,7 @@ type routing struct {
 	model          string
 	inputTokens    uint64
 	estimated      bool // inputTokens estimated from the body
+	modelFromBody  bool // model read from the body (no x-model header)
 	routingKey     string
 	method         string
 	hasMethod      bool
@@ -114,7 +115,7 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 			if strings.TrimSpace(b.Model) == "" {
 				return r, fmt.Errorf("%w: no model: set the body's \"model\" or the %s header", ErrBadRequest, control.HeaderModel)
 			}
-			r.model = b.Model
+			r.model, r.modelFromBody = b.Model, true
 		}
 		if !tokOK {
 			r.inputTokens, r.estimated = estimateTokens(&b), true

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
 )
@@ -53,6 +55,84 @@ type gatewayMetrics struct {
 	// cache maps a series (name + label values) to its counter or histogram so the hot
 	// path does not format series names per request.
 	cache sync.Map // seriesKey → *metrics.Counter | *metrics.PrometheusHistogram
+	// targets holds the series a routed request touches, per routing target, so the
+	// per-request path does one lookup per target and one per backend instead of one per
+	// series.
+	targets     sync.Map // dispatch.Target → *targetSeries
+	loadApplied *metrics.Counter
+}
+
+// targetSeries are one routing target's per-request series.
+type targetSeries struct {
+	m          *gatewayMetrics
+	t          dispatch.Target
+	replay     *metrics.PrometheusHistogram
+	overhead   *metrics.PrometheusHistogram
+	routing    *metrics.PrometheusHistogram
+	selections sync.Map // selectionKey → *metrics.Counter
+	backends   sync.Map // backend id → *backendSeries
+}
+
+type selectionKey struct {
+	algorithm string
+	fallback  bool
+}
+
+// backendSeries are the series of a target's requests served by one backend; the
+// success-path counters (status 200) are resolved once.
+type backendSeries struct {
+	proxyDuration *metrics.PrometheusHistogram
+	attempts200   *metrics.Counter
+	requests200   *metrics.Counter
+}
+
+// target returns t's series, creating them on first use.
+func (m *gatewayMetrics) target(t dispatch.Target) *targetSeries {
+	if ts, ok := m.targets.Load(t); ok {
+		return ts.(*targetSeries)
+	}
+	ts := &targetSeries{
+		m:        m,
+		t:        t,
+		replay:   m.set.GetOrCreatePrometheusHistogramExt(m.series(mReplayBytes, "model", t.Model), replayBuckets),
+		overhead: m.set.GetOrCreatePrometheusHistogramExt(m.series(mOverhead, "model", t.Model), overheadBucket),
+		routing:  m.set.GetOrCreatePrometheusHistogramExt(m.series(mRoutingDuration, "routing_key", t.RoutingKey, "model", t.Model), routingBuckets),
+	}
+	v, _ := m.targets.LoadOrStore(t, ts)
+	return v.(*targetSeries)
+}
+
+// backend returns the series of t's requests served by backend id.
+func (ts *targetSeries) backend(id string) *backendSeries {
+	if bs, ok := ts.backends.Load(id); ok {
+		return bs.(*backendSeries)
+	}
+	m, t := ts.m, ts.t
+	bs := &backendSeries{
+		proxyDuration: m.set.GetOrCreatePrometheusHistogramExt(m.series(mProxyDuration, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id), proxyBuckets),
+		attempts200:   m.set.GetOrCreateCounter(m.series(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "result", "upstream_200")),
+		requests200:   m.set.GetOrCreateCounter(m.series(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "status", "200")),
+	}
+	v, _ := ts.backends.LoadOrStore(id, bs)
+	return v.(*backendSeries)
+}
+
+// attempt counts an upstream attempt's result (upstream_<status> or proxy_502).
+func (ts *targetSeries) attempt(bs *backendSeries, backend string, status int) {
+	if status == fasthttp.StatusOK {
+		bs.attempts200.Inc()
+		return
+	}
+	ts.m.inc(mAttempts, "routing_key", ts.t.RoutingKey, "model", ts.t.Model, "inference_server_id", backend, "result", "upstream_"+strconv.Itoa(status))
+}
+
+// request counts a finished request by the backend that answered ("" for none) and status.
+func (ts *targetSeries) request(backend string, status int) {
+	if status == fasthttp.StatusOK && backend != "" {
+		ts.backend(backend).requests200.Inc()
+		return
+	}
+	ts.m.inc(mRequests, "routing_key", ts.t.RoutingKey, "model", ts.t.Model, "inference_server_id", backend, "status", strconv.Itoa(status))
 }
 
 // seriesKey identifies a series by name and up to five label values (keys are fixed per
@@ -79,6 +159,7 @@ func newMetrics(prefix string) *gatewayMetrics {
 	m := &gatewayMetrics{set: metrics.NewSet(), prefix: prefix}
 	m.parked = m.set.NewGauge(prefix+mParked, nil)
 	m.infl = m.set.NewGauge(prefix+mInflightRequests, nil)
+	m.loadApplied = m.set.NewCounter(m.series(mLoadReports, "result", "applied"))
 	return m
 }
 
@@ -128,33 +209,24 @@ func (m *gatewayMetrics) inc(name string, kv ...string) {
 	c.Inc()
 }
 
-func (m *gatewayMetrics) observe(name string, buckets []float64, v float64, kv ...string) {
-	k, ok := keyOf(name, kv)
-	if ok {
-		if h, found := m.cache.Load(k); found {
-			h.(*metrics.PrometheusHistogram).Update(v)
-			return
-		}
-	}
-	h := m.set.GetOrCreatePrometheusHistogramExt(m.series(name, kv...), buckets)
-	if ok {
-		m.cache.Store(k, h)
-	}
-	h.Update(v)
-}
-
 // Selected implements dispatch.Observer.
 func (m *gatewayMetrics) Selected(t dispatch.Target, algorithm string, rank int, kvSkipped bool, routing time.Duration) {
 	selection := "primary"
 	if rank > 1 {
 		selection = "fallback"
 	}
-	m.inc(mSelections, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm, "selection", selection)
+	ts := m.target(t)
+	k := selectionKey{algorithm: algorithm, fallback: rank > 1}
+	c, ok := ts.selections.Load(k)
+	if !ok {
+		c, _ = ts.selections.LoadOrStore(k, m.set.GetOrCreateCounter(m.series(mSelections, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm, "selection", selection)))
+	}
+	c.(*metrics.Counter).Inc()
 	if kvSkipped {
 		m.inc(mKVFallback, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm)
 	}
 	if routing >= 0 {
-		m.observe(mRoutingDuration, routingBuckets, routing.Seconds(), "routing_key", t.RoutingKey, "model", t.Model)
+		ts.routing.Update(routing.Seconds())
 	}
 }
 

@@ -73,6 +73,16 @@ func stripResponse(h *fasthttp.ResponseHeader) {
 	}
 }
 
+// Canonical (normalized) names of the headers the gateway sets on every attempt, so the
+// per-request path does not normalize them again.
+var (
+	hdrExpectedQueueMs = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderExpectedQueueMs)
+	hdrDispatchSeq     = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderDispatchSeq)
+	hdrServerID        = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerID)
+	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerURL)
+	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderClusterID)
+)
+
 // cancelPoll is how often a parked request checks that its client is still connected.
 const cancelPoll = 50 * time.Millisecond
 
@@ -117,20 +127,28 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, entry.Algorithm, control.HeaderCacheAffinityKey))
 		return
 	}
-	g.metrics.observe(mReplayBytes, replayBuckets, float64(len(body)), "model", rt.model)
 	pid := g.dir.Lookup(target)
 	if pid == nil {
-		g.finish(ctx, target, "", routingError(404, "no_eligible_candidates"))
+		// Never registered: counted under empty labels so request-chosen model names
+		// cannot grow the series set.
+		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", routingError(404, "no_eligible_candidates"))
 		return
 	}
+	ts := g.metrics.target(target)
+	ts.replay.Update(float64(len(body)))
 	h := &ctx.Request.Header
 	stripRequest(h)
-	h.Set(control.HeaderRequestID, rt.requestID)
-	h.Set(control.HeaderModel, rt.model)
+	if rt.requestIDIsNew {
+		h.Set(control.HeaderRequestID, rt.requestID)
+	}
+	if rt.modelFromBody {
+		h.Set(control.HeaderModel, rt.model)
+	}
 	if rt.estimated {
 		h.Set(control.HeaderInputTokens, strconv.FormatUint(rt.inputTokens, 10))
 	}
-	p := dispatch.NewPending(arrival)
+	p := g.pending.Acquire(arrival)
+	defer g.pending.Release(p)
 	p.Entry = entry
 	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
 	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
@@ -146,26 +164,26 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			if p.Failures > 0 {
 				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", "no_eligible_backend")
 			}
-			g.finish(ctx, target, "", routingError(out.Status, out.Code))
+			g.finish(ctx, ts, "", routingError(out.Status, out.Code))
 			return
 		default:
 		}
-		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, target)
+		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
 		if final != nil {
-			g.finish(ctx, target, out.BackendID, final)
+			g.finish(ctx, ts, out.BackendID, final)
 			return
 		}
 		if !retry {
-			g.metrics.inc(mRequests, "routing_key", target.RoutingKey, "model", target.Model, "inference_server_id", out.BackendID, "status", strconv.Itoa(ctx.Response.StatusCode()))
+			ts.request(out.BackendID, ctx.Response.StatusCode())
 			return
 		}
 	}
 }
 
 // finish writes a gateway-generated error and counts the request.
-func (g *Gateway) finish(ctx *fasthttp.RequestCtx, t dispatch.Target, backend string, err error) {
+func (g *Gateway) finish(ctx *fasthttp.RequestCtx, ts *targetSeries, backend string, err error) {
 	writeError(ctx, err)
-	g.metrics.inc(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", backend, "status", strconv.Itoa(ctx.Response.StatusCode()))
+	ts.request(backend, ctx.Response.StatusCode())
 }
 
 // budgetLeft reports whether the retry budget (x-stargate-max-wait-ms from arrival) allows
@@ -177,7 +195,8 @@ func (g *Gateway) budgetLeft(p *dispatch.Pending, rt *routing) bool {
 // attempt performs one upstream call on a granted backend. It returns retry = true when
 // the request should be routed again, or a final error to answer; otherwise the upstream
 // response is in ctx.Response (streamed after the handler returns).
-func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, t dispatch.Target) (retry bool, final error) {
+func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, ts *targetSeries) (retry bool, final error) {
+	t := ts.t
 	b := g.fleet.Get(out.BackendID)
 	if b == nil {
 		g.release(pid, out)
@@ -188,12 +207,12 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	h := &ctx.Request.Header
 	var num [64]byte
 	if out.HasExpected {
-		h.SetBytesV(control.HeaderExpectedQueueMs, strconv.AppendUint(num[:0], out.ExpectedQueueMs, 10))
-	} else {
-		h.Del(control.HeaderExpectedQueueMs)
+		h.SetCanonical(hdrExpectedQueueMs, strconv.AppendUint(num[:0], out.ExpectedQueueMs, 10))
+	} else if p.Failures > 0 {
+		h.DelBytes(hdrExpectedQueueMs) // set by an earlier attempt (stripRequest removed the caller's)
 	}
 	seq := append(append(num[:0], g.cfg.GatewayID...), '/')
-	h.SetBytesV(control.HeaderDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
+	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Response.Reset()
 	ctx.Response.StreamBody = true
@@ -220,12 +239,14 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		return false, fmt.Errorf("%w: backend %s: %w", ErrUpstreamError, b.ID, err)
 	}
 	status := ctx.Response.StatusCode()
-	g.metrics.observe(mProxyDuration, proxyBuckets, g.deps.Now().Sub(start).Seconds(), "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID)
-	g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "upstream_"+strconv.Itoa(status))
+	bs := ts.backend(b.ID)
+	end := g.deps.Now()
+	bs.proxyDuration.Update(end.Sub(start).Seconds())
+	ts.attempt(bs, b.ID, status)
 	if v := ctx.Response.Header.Peek(control.HeaderPylonLoad); v != nil {
 		if r, err := control.ParseLoadReport(string(v)); err == nil {
-			g.fleet.ReportLoad(b.ID, r)
-			g.metrics.inc(mLoadReports, "result", "applied")
+			g.fleet.ReportLoad(b, &r, end)
+			g.metrics.loadApplied.Inc()
 		} else {
 			g.metrics.inc(mLoadReports, "result", "invalid")
 		}
@@ -258,13 +279,13 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	rh := &ctx.Response.Header
 	stripResponse(rh)
-	rh.Set(control.HeaderInferenceServerID, b.ID)
-	rh.Set(control.HeaderInferenceServerURL, b.URL)
-	rh.Set(control.HeaderClusterID, out.ClusterID)
+	rh.SetCanonical(hdrServerID, b.IDBytes)
+	rh.SetCanonical(hdrServerURL, b.URLBytes)
+	rh.SetCanonical(hdrClusterID, b.ClusterIDBytes)
 	if ctx.Response.IsBodyStream() && bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("text/event-stream")) {
 		ctx.Response.ImmediateHeaderFlush = true
 	}
-	g.metrics.observe(mOverhead, overheadBucket, max(start.Sub(p.Arrival), 0).Seconds(), "model", t.Model)
+	ts.overhead.Update(max(start.Sub(p.Arrival), 0).Seconds())
 	return false, nil
 }
 
@@ -326,6 +347,7 @@ func (g *Gateway) await(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pe
 				}
 				return o
 			case <-t.C:
+				p.Abandoned = true
 				g.log.Error("scheduler did not answer; failing the request", "waited", g.deps.Now().Sub(p.Arrival).String())
 				return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Status: 503, Code: "routing_timeout", Reason: "routing_timeout"}
 			}

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,8 +40,24 @@ type BackendView struct {
 // Routable reports whether the backend can take requests: ACTIVE with an RTT.
 func (v *BackendView) Routable() bool { return v.Active && v.HasRTT }
 
-// BackendChanged tells a scheduler that a backend's view of its model changed.
+// BackendChanged tells a scheduler that a backend's view of its model changed. It travels
+// as a pointer (*BackendChanged); NewBackendChanged takes one from a pool and the scheduler
+// recycles it once applied, so the per-response load report path allocates nothing.
 type BackendChanged struct{ View BackendView }
+
+var changedPool = sync.Pool{New: func() any { return new(BackendChanged) }}
+
+// NewBackendChanged returns a pooled change message for v.
+func NewBackendChanged(v *BackendView) *BackendChanged {
+	m := changedPool.Get().(*BackendChanged) //nolint:forcetypeassert // the pool holds only *BackendChanged
+	m.View = *v
+	return m
+}
+
+func (m *BackendChanged) release() {
+	m.View = BackendView{}
+	changedPool.Put(m)
+}
 
 // BackendRemoved tells a scheduler that a backend left (expired, deregistered or stopped
 // serving the model).
@@ -107,14 +124,47 @@ type Pending struct {
 	// Mailbox receives exactly one Outcome per Route.
 	Mailbox chan Outcome
 
+	// Abandoned is set by a handler that stopped waiting for an answer to a Route: the
+	// scheduler may still answer, so the request must not be recycled.
+	Abandoned bool
+
 	// scheduler-owned
-	parked bool // in the park heap (a cancelled entry stays in the heap, skipped lazily)
-	routed bool // a selection was recorded (routing duration observed once)
+	parked     bool // in the park heap (a cancelled entry stays in the heap, skipped lazily)
+	everParked bool // was parked at least once: the heap may still point at it
+	routed     bool // a selection was recorded (routing duration observed once)
 }
 
 // NewPending returns a pending request with a one-slot mailbox.
 func NewPending(arrival time.Time) *Pending {
 	return &Pending{Arrival: arrival, Mailbox: make(chan Outcome, 1)}
+}
+
+// PendingPool recycles pending requests. Keep one per gateway, not one per process: a
+// pending request's mailbox belongs to the goroutines that made it (in tests, a synctest
+// bubble), so it must not cross to another gateway.
+type PendingPool struct{ pool sync.Pool }
+
+// Acquire returns a pending request with a one-slot mailbox; hand it back with Release
+// once its handler is done.
+func (pp *PendingPool) Acquire(arrival time.Time) *Pending {
+	if p, ok := pp.pool.Get().(*Pending); ok {
+		p.Arrival = arrival
+		return p
+	}
+	return NewPending(arrival)
+}
+
+// Release recycles p after its handler has received every answer. A request the scheduler
+// ever parked is left to the garbage collector instead: a cancelled entry of the park heap
+// may still point at it until it is popped.
+func (pp *PendingPool) Release(p *Pending) {
+	if p.everParked || p.Abandoned || len(p.Mailbox) > 0 {
+		return
+	}
+	clear(p.Req.Excluded)
+	clear(p.FailedBackends)
+	*p = Pending{Mailbox: p.Mailbox, Req: lb.Request{Excluded: p.Req.Excluded[:0]}, FailedBackends: p.FailedBackends[:0]}
+	pp.pool.Put(p)
 }
 
 func (p *Pending) backendFailed(id string) bool {

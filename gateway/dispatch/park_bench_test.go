@@ -35,7 +35,7 @@ func BenchmarkPark(b *testing.B) {
 		sys := actors.NewSystem(slog.New(slog.DiscardHandler))
 		dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler), Observer: nopObserver{}})
 		pid := dir.Ensure(target)
-		sys.Root.Send(pid, dispatch.BackendChanged{View: dispatch.BackendView{
+		sys.Root.Send(pid, &dispatch.BackendChanged{View: dispatch.BackendView{
 			ID: "full", ClusterID: "full", Active: true, HasRTT: true, Seq: &atomic.Uint64{}, UpdatedAt: time.Now(),
 			Load: load.Load{InputTPS: 1000, RunningRequests: 1, MaxEngineConcurrency: 1},
 		}})

@@ -83,6 +83,9 @@ type Scheduler struct {
 	backends  map[string]*backendState
 	clusters  map[string]*clusterInfo
 	snapshot  *lb.Snapshot
+	snapBuf   lb.Snapshot    // reused by snap: rebuilt in place after every change
+	cands     []lb.Candidate // reused candidate slice of snapBuf
+	resv      []reservation  // scratch for aggregation
 	dirty     bool
 	order     []string     // backend ids in (cluster, id) order
 	group     []lb.Backend // scratch for aggregation
@@ -142,8 +145,9 @@ func (s *Scheduler) Receive(c actor.Context) {
 			s.deps.Observer.Parked(s.target, -1)
 			m.P.Mailbox <- Outcome{Kind: OutcomeCancelled}
 		}
-	case BackendChanged:
-		s.applyView(m.View)
+	case *BackendChanged:
+		s.applyView(&m.View)
+		m.release()
 		s.changed(c)
 	case BackendRemoved:
 		if _, ok := s.backends[m.ID]; ok {
@@ -179,14 +183,14 @@ func (s *Scheduler) changed(c actor.Context) {
 	}
 }
 
-func (s *Scheduler) applyView(v BackendView) {
+func (s *Scheduler) applyView(v *BackendView) {
 	b, ok := s.backends[v.ID]
 	if !ok {
 		b = &backendState{}
 		s.backends[v.ID] = b
 		s.order = s.order[:0]
 	}
-	b.view = v
+	b.view = *v
 	b.echoes = b.echoes || v.SeqEcho > 0
 	if !b.echoes {
 		// A backend that does not echo dispatch sequences (an older pylon, an engine
@@ -263,9 +267,8 @@ func (s *Scheduler) snap() *lb.Snapshot {
 		}
 		return strings.Compare(a, b)
 	})
-	candidates := make([]lb.Candidate, 0, len(s.order))
-	group := s.group[:0]
-	var resv []reservation
+	candidates := s.cands[:0]
+	group, resv := s.group[:0], s.resv[:0]
 	flush := func() {
 		if len(group) == 0 {
 			return
@@ -317,13 +320,15 @@ func (s *Scheduler) snap() *lb.Snapshot {
 		resv = append(resv, b.reservations...)
 	}
 	flush()
-	s.group = group
+	clear(candidates[len(candidates):cap(candidates)]) // drop stale load slices
+	s.group, s.resv, s.cands = group, resv[:0], candidates
 	for c, info := range s.clusters {
 		if !info.seen {
 			delete(s.clusters, c)
 		}
 	}
-	s.snapshot = lb.NewSnapshot(s.target.RoutingKey, s.target.Model, candidates)
+	s.snapBuf.Reset(s.target.RoutingKey, s.target.Model, candidates)
+	s.snapshot = &s.snapBuf
 	s.dirty = false
 	return s.snapshot
 }
@@ -487,7 +492,7 @@ func (s *Scheduler) reject(p *Pending, out Outcome) {
 }
 
 func (s *Scheduler) park(p *Pending, wake time.Time) {
-	p.parked = true
+	p.parked, p.everParked = true, true
 	s.parkedCount++
 	heap.Push(&s.parked, parkedEntry{wake: wake.UnixNano(), p: p})
 	s.deps.Observer.Parked(s.target, 1)

@@ -69,7 +69,7 @@ func (f *fixture) backend(id string, rtt time.Duration, l load.Load, seqEcho uin
 	if f.seq[id] == nil {
 		f.seq[id] = &atomic.Uint64{}
 	}
-	f.sys.Root.Send(f.pid, dispatch.BackendChanged{View: dispatch.BackendView{
+	f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
 		ID: id, URL: "http://" + id, ClusterID: id, Active: true, RTT: rtt, HasRTT: true, Load: l,
 		SeqEcho: seqEcho, Seq: f.seq[id], UpdatedAt: time.Now(),
 	}})
@@ -252,7 +252,7 @@ func TestPreferClusterSibling(t *testing.T) {
 		f := newFixture(t)
 		seq := &atomic.Uint64{}
 		for _, id := range []string{"a1", "a2"} {
-			f.sys.Root.Send(f.pid, dispatch.BackendChanged{View: dispatch.BackendView{
+			f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
 				ID: id, ClusterID: "a", Active: true, HasRTT: true, RTT: 100 * time.Millisecond, Seq: seq,
 				Load: load.Load{InputTPS: 1000}, UpdatedAt: time.Now(),
 			}})
@@ -287,7 +287,7 @@ func TestRoundRobinStatePerTarget(t *testing.T) {
 		for _, tg := range targets {
 			pid := dir.Ensure(tg)
 			for _, id := range []string{"c0", "c1", "c2"} {
-				sys.Root.Send(pid, dispatch.BackendChanged{View: dispatch.BackendView{
+				sys.Root.Send(pid, &dispatch.BackendChanged{View: dispatch.BackendView{
 					ID: id, ClusterID: id, Active: true, HasRTT: true, Seq: &atomic.Uint64{}, UpdatedAt: time.Now(),
 					Load: load.Load{InputTPS: 1000}, SeqEcho: 1 << 40,
 				}})

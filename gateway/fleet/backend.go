@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,6 +26,9 @@ type (
 	// stateRequest asks for the backend's State (debug, /v1/models, scrape-time metrics).
 	stateRequest struct{}
 )
+
+// reportPool recycles load report messages: one arrives with every pylon response.
+var reportPool = sync.Pool{New: func() any { return new(loadReported) }}
 
 // missedHeartbeats is how many heartbeats a backend may miss before it expires.
 const missedHeartbeats = 3
@@ -60,8 +64,10 @@ func (a *backendActor) Receive(c actor.Context) {
 		a.onRegistered(m)
 		a.alarm.Fired()
 		a.alarm.Arm(a.fleet.deps.Now(), a.deadline)
-	case loadReported:
+	case *loadReported:
 		a.onLoad(m)
+		*m = loadReported{}
+		reportPool.Put(m)
 	case rttMeasured:
 		a.rtt, a.hasRTT = m.rtt, true
 		for name, mv := range a.models {
@@ -141,7 +147,7 @@ func (a *backendActor) onRegistered(m registered) {
 	}
 }
 
-func (a *backendActor) onLoad(m loadReported) {
+func (a *backendActor) onLoad(m *loadReported) {
 	r := &m.report
 	mv, ok := a.models[r.Model]
 	if !ok || (r.Generation != 0 && mv.generation != 0 && r.Generation != mv.generation) {
@@ -161,7 +167,7 @@ func (a *backendActor) notify(model string, mv *modelView) {
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
 	v.Active = mv.status == control.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
-	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.BackendChanged{View: v})
+	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.NewBackendChanged(&v))
 }
 
 // stateNow builds the backend's State (on request only: never on the per-response path).

@@ -62,10 +62,13 @@ type Backend struct {
 	URL        string
 	ClusterID  string
 	RoutingKey string
-	Client     *fasthttp.HostClient
-	seq        atomic.Uint64
-	pid        *actor.PID
-	cancel     context.CancelFunc
+	// IDBytes, URLBytes and ClusterIDBytes are ID, URL and ClusterID as bytes for the
+	// response headers set on every request.
+	IDBytes, URLBytes, ClusterIDBytes []byte
+	Client                            *fasthttp.HostClient
+	seq                               atomic.Uint64
+	pid                               *actor.PID
+	cancel                            context.CancelFunc
 }
 
 // State is a backend's published state (for /debug/state).
@@ -114,7 +117,10 @@ func (f *Fleet) Register(reg control.Registration) error {
 		f.mu.Unlock()
 		return fmt.Errorf("backend %s: %w", reg.ID, err)
 	}
-	b = &Backend{ID: reg.ID, URL: reg.URL, ClusterID: reg.ClusterID, RoutingKey: reg.RoutingKey, Client: f.deps.NewClient(u)}
+	b = &Backend{
+		ID: reg.ID, URL: reg.URL, ClusterID: reg.ClusterID, RoutingKey: reg.RoutingKey, Client: f.deps.NewClient(u),
+		IDBytes: []byte(reg.ID), URLBytes: []byte(reg.URL), ClusterIDBytes: []byte(reg.ClusterID),
+	}
 	a := &backendActor{fleet: f, b: b, models: map[string]*modelView{}}
 	// Synchronized dispatcher: reports from handlers are applied inline when the actor is
 	// idle (no goroutine hop), still one message at a time.
@@ -149,11 +155,12 @@ func (f *Fleet) Get(id string) *Backend {
 	return f.backends[id]
 }
 
-// ReportLoad hands a response's x-pylon-load report to the backend's actor.
-func (f *Fleet) ReportLoad(id string, r control.LoadReport) {
-	if b := f.Get(id); b != nil {
-		f.deps.System.Root.Send(b.pid, loadReported{report: r, at: f.deps.Now()})
-	}
+// ReportLoad hands a response's x-pylon-load report to b's actor (a backend that expired
+// meanwhile ignores it: its actor is stopped).
+func (f *Fleet) ReportLoad(b *Backend, r *control.LoadReport, at time.Time) {
+	m := reportPool.Get().(*loadReported) //nolint:forcetypeassert // the pool holds only *loadReported
+	m.report, m.at = *r, at
+	f.deps.System.Root.Send(b.pid, m)
 }
 
 // ReportRTT hands a measured round trip to the backend's actor.

@@ -33,13 +33,24 @@ type Snapshot struct {
 // NewSnapshot builds a snapshot over candidates (kept in the given order, which must be
 // stable across snapshots of the same target, e.g. sorted by cluster id).
 func NewSnapshot(routingKey, model string, candidates []Candidate) *Snapshot {
-	h := xxh3.New()
+	s := &Snapshot{}
+	s.Reset(routingKey, model, candidates)
+	return s
+}
+
+// Reset makes s a snapshot over candidates, in place: an owner that rebuilds its snapshot
+// often (the scheduler, after every load report) reuses one Snapshot and one candidate
+// slice instead of allocating them. Balancers keep nothing of a snapshot between decisions
+// but its membership hash, which Reset recomputes.
+func (s *Snapshot) Reset(routingKey, model string, candidates []Candidate) {
+	var h xxh3.Hasher
+	h.Reset()
 	var sep [1]byte
 	for i := range candidates {
 		_, _ = h.WriteString(candidates[i].ClusterID)
 		_, _ = h.Write(sep[:])
 	}
-	return &Snapshot{RoutingKey: routingKey, Model: model, Candidates: candidates, membership: h.Sum64() ^ uint64(len(candidates))}
+	*s = Snapshot{RoutingKey: routingKey, Model: model, Candidates: candidates, membership: h.Sum64() ^ uint64(len(candidates))}
 }
 
 // sameMembership reports whether a cached derivation keyed by (members, key, model) is
