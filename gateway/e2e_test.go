@@ -78,6 +78,9 @@ type fleetE2E struct {
 	t       *testing.T
 	gateway string
 	client  *fasthttp.HostClient
+	// pylons and engines map backend ids to their listen addresses (for requests that
+	// bypass the gateway and for the engines' /test-control).
+	pylons, engines map[string]string
 }
 
 type backendSpec struct {
@@ -86,7 +89,23 @@ type backendSpec struct {
 	inputTPS   int
 }
 
+// e2eBackend is a backendSpec with a cluster id and extra pylon flags.
+type e2eBackend struct {
+	backendSpec
+	cluster   string   // --cluster-id; "" = the backend id
+	pylonArgs []string // appended to the pylon's flags
+}
+
 func startFleet(t *testing.T, lbConfig string, backends ...backendSpec) *fleetE2E {
+	t.Helper()
+	specs := make([]e2eBackend, len(backends))
+	for i, b := range backends {
+		specs[i] = e2eBackend{backendSpec: b}
+	}
+	return startFleetWith(t, lbConfig, specs...)
+}
+
+func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *fleetE2E {
 	t.Helper()
 	gw := freePort(t)
 	args := []string{"--http-listen-addr", gw, "--health-probe-interval-ms", "200", "--log-level", "debug"}
@@ -98,14 +117,21 @@ func startFleet(t *testing.T, lbConfig string, backends ...backendSpec) *fleetE2
 		args = append(args, "--lb-config-path", p)
 	}
 	start(t, "gateway", args...)
+	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, pylons: map[string]string{}, engines: map[string]string{}}
 	for _, b := range backends {
 		eng, pyl := freePort(t), freePort(t)
+		f.engines[b.id], f.pylons[b.id] = eng, pyl
 		start(t, "engine", append([]string{"--http-listen-addr", eng}, b.engineArgs...)...)
-		start(t, "pylon", "--http-listen-addr", pyl, "--upstream-http-base-url", "http://"+eng, "--model-name", "dummy-model",
-			"--gateway", "http://"+gw, "--inference-server-id", b.id, "--initial-input-tps", strconv.Itoa(b.inputTPS),
-			"--min-update-interval-ms", "200", "--log-level", "warn")
+		pargs := []string{
+			"--http-listen-addr", pyl, "--upstream-http-base-url", "http://" + eng, "--model-name", "dummy-model",
+			"--gateway", "http://" + gw, "--inference-server-id", b.id, "--initial-input-tps", strconv.Itoa(b.inputTPS),
+			"--min-update-interval-ms", "200", "--log-level", "warn",
+		}
+		if b.cluster != "" {
+			pargs = append(pargs, "--cluster-id", b.cluster)
+		}
+		start(t, "pylon", append(pargs, b.pylonArgs...)...)
 	}
-	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}}
 	t.Cleanup(f.client.CloseIdleConnections)
 	f.waitRoutable(len(backends))
 	return f
@@ -138,13 +164,17 @@ func (f *fleetE2E) waitRoutable(n int) {
 }
 
 type backendState struct {
-	ID       string `json:"id"`
-	Routable bool   `json:"routable"`
-	Models   map[string]struct {
+	ID        string `json:"id"`
+	ClusterID string `json:"cluster_id"`
+	Routable  bool   `json:"routable"`
+	Models    map[string]struct {
 		Stats struct {
 			NumRunningQueries    uint64  `json:"num_running_queries"`
 			MaxEngineConcurrency uint64  `json:"max_engine_concurrency"`
 			LastMeanInputTPS     float64 `json:"last_mean_input_tps"`
+			QueuedInputSize      uint64  `json:"queued_input_size"`
+			// QueueTimeEstimateMs is keyed by the priority in decimal.
+			QueueTimeEstimateMs map[string]uint64 `json:"queue_time_estimate_ms_by_priority"`
 		} `json:"stats"`
 	} `json:"models"`
 }

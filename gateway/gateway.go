@@ -253,6 +253,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 		DisableHeaderNamesNormalizing: false,
 		DisablePathNormalizing:        true,
 		ReadBufferSize:                16 << 10,
+		MaxResponseBodySize:           maxBufferedResponse, // streamed bodies are not limited
 		ConnPoolStrategy:              fasthttp.LIFO,
 		Dial:                          headersTimeoutDial(g.deps.Dial),
 	}

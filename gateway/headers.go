@@ -57,25 +57,90 @@ func estimateTokens(b *openAIBody) uint64 {
 	return uint64(max((n+3)/4, 1))
 }
 
-func headerString(h *fasthttp.RequestHeader, name string) (string, bool, error) {
-	v := h.Peek(name)
+// Routing headers, indexed for the single pass of parseRouting.
+const (
+	hRequestID = iota
+	hModel
+	hInputTokens
+	hRoutingKey
+	hRoutingMethod
+	hAffinityKey
+	hPriority
+	hSLO
+	hMaxWait
+	hBudget
+	nRoutingHeaders
+)
+
+var routingHeaderNames = [nRoutingHeaders]string{
+	hRequestID: control.HeaderRequestID, hModel: control.HeaderModel, hInputTokens: control.HeaderInputTokens,
+	hRoutingKey: control.HeaderRoutingKey, hRoutingMethod: control.HeaderRoutingMethod,
+	hAffinityKey: control.HeaderCacheAffinityKey, hPriority: control.HeaderPriority,
+	hSLO: control.HeaderRequestSLOMs, hMaxWait: control.HeaderMaxWaitMs,
+}
+
+// routingHeaders holds the first value of each routing header (nil = absent).
+type routingHeaders [nRoutingHeaders][]byte
+
+// collect reads every routing header in one pass over the request's headers (fasthttp's
+// Peek would normalize the name and scan the headers once per header). budgetHeader is
+// the retry-budget header's name ("" disables it).
+func (rh *routingHeaders) collect(h *fasthttp.RequestHeader, budgetHeader string) {
+	for k, v := range h.All() {
+		if len(k) < 2 || (k[0]|0x20) != 'x' || k[1] != '-' {
+			if budgetHeader != "" && len(k) == len(budgetHeader) && bytes.EqualFold(k, []byte(budgetHeader)) && rh[hBudget] == nil {
+				rh[hBudget] = nonNil(v)
+			}
+			continue
+		}
+		for i := range hBudget {
+			if n := routingHeaderNames[i]; len(n) == len(k) && bytes.EqualFold(k, []byte(n)) {
+				if rh[i] == nil {
+					rh[i] = nonNil(v)
+				}
+				break
+			}
+		}
+		if budgetHeader != "" && len(k) == len(budgetHeader) && bytes.EqualFold(k, []byte(budgetHeader)) && rh[hBudget] == nil {
+			rh[hBudget] = nonNil(v)
+		}
+	}
+}
+
+// nonNil keeps an empty header value distinguishable from an absent header.
+func nonNil(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
+}
+
+func (rh *routingHeaders) name(i int, budgetHeader string) string {
+	if i == hBudget {
+		return budgetHeader
+	}
+	return routingHeaderNames[i]
+}
+
+func (rh *routingHeaders) str(i int) (string, bool, error) {
+	v := rh[i]
 	if v == nil {
 		return "", false, nil
 	}
 	if !utf8.Valid(v) {
-		return "", true, fmt.Errorf("%w: header %s is not valid UTF-8", ErrBadRequest, name)
+		return "", true, fmt.Errorf("%w: header %s is not valid UTF-8", ErrBadRequest, routingHeaderNames[i])
 	}
 	return string(v), true, nil
 }
 
-func headerUint(h *fasthttp.RequestHeader, name string, bits int) (uint64, bool, error) {
-	v := h.Peek(name)
+func (rh *routingHeaders) uint(i, bits int, budgetHeader string) (uint64, bool, error) {
+	v := rh[i]
 	if v == nil {
 		return 0, false, nil
 	}
 	n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, bits)
 	if err != nil {
-		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %q", ErrBadRequest, name, v)
+		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %q", ErrBadRequest, rh.name(i, budgetHeader), v)
 	}
 	return n, true, nil
 }
@@ -87,7 +152,9 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 	var r routing
 	var err error
 	var ok bool
-	if r.requestID, ok, err = headerString(h, control.HeaderRequestID); err != nil {
+	var rh routingHeaders
+	rh.collect(h, budgetHeader)
+	if r.requestID, ok, err = rh.str(hRequestID); err != nil {
 		return r, err
 	}
 	if strings.TrimSpace(r.requestID) == "" {
@@ -96,14 +163,14 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 		}
 		r.requestID, r.requestIDIsNew = newID(), true
 	}
-	if r.model, ok, err = headerString(h, control.HeaderModel); err != nil {
+	if r.model, ok, err = rh.str(hModel); err != nil {
 		return r, err
 	}
 	if ok && strings.TrimSpace(r.model) == "" {
 		return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, control.HeaderModel)
 	}
 	var tokOK bool
-	if r.inputTokens, tokOK, err = headerUint(h, control.HeaderInputTokens, 64); err != nil {
+	if r.inputTokens, tokOK, err = rh.uint(hInputTokens, 64, budgetHeader); err != nil {
 		return r, err
 	}
 	if r.model == "" || !tokOK {
@@ -121,36 +188,36 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 			r.inputTokens, r.estimated = estimateTokens(&b), true
 		}
 	}
-	if r.routingKey, _, err = headerString(h, control.HeaderRoutingKey); err != nil {
+	if r.routingKey, _, err = rh.str(hRoutingKey); err != nil {
 		return r, err
 	}
 	r.routingKey = strings.TrimSpace(r.routingKey)
-	if r.method, r.hasMethod, err = headerString(h, control.HeaderRoutingMethod); err != nil {
+	if r.method, r.hasMethod, err = rh.str(hRoutingMethod); err != nil {
 		return r, err
 	}
-	if r.affinityKey, _, err = headerString(h, control.HeaderCacheAffinityKey); err != nil {
+	if r.affinityKey, _, err = rh.str(hAffinityKey); err != nil {
 		return r, err
 	}
 	if strings.TrimSpace(r.affinityKey) == "" {
 		r.affinityKey = ""
 	}
-	p, _, err := headerUint(h, control.HeaderPriority, 32)
+	p, _, err := rh.uint(hPriority, 32, budgetHeader)
 	if err != nil {
 		return r, err
 	}
 	r.priority = uint32(p) //nolint:gosec // parsed with bitSize 32
-	slo, _, err := headerUint(h, control.HeaderRequestSLOMs, 63)
+	slo, _, err := rh.uint(hSLO, 63, budgetHeader)
 	if err != nil {
 		return r, err
 	}
 	r.slo = time.Duration(min(slo, uint64(time.Duration(1<<62)/time.Millisecond))) * time.Millisecond
-	mw, hasMW, err := headerUint(h, control.HeaderMaxWaitMs, 64)
+	mw, hasMW, err := rh.uint(hMaxWait, 64, budgetHeader)
 	if err != nil {
 		return r, err
 	}
 	r.maxWait, r.hasMaxWait = time.Duration(min(mw, control.MaxWaitMs))*time.Millisecond, hasMW
 	if budgetHeader != "" {
-		b, hasB, err := headerUint(h, budgetHeader, 64)
+		b, hasB, err := rh.uint(hBudget, 64, budgetHeader)
 		if err != nil {
 			return r, err
 		}

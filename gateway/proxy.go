@@ -58,17 +58,34 @@ func stripRequest(h *fasthttp.RequestHeader) {
 	}
 }
 
-// stripResponse deletes hop-by-hop and internal headers in one pass over the response's
-// headers (the pylon's x-pylon-load is always there).
-func stripResponse(h *fasthttp.ResponseHeader) {
-	var buf [8]string
-	del := buf[:0]
-	for k := range h.All() {
-		if s, ok := stripped(k, internalResponse, hopByHop); ok {
-			del = append(del, s)
+// responseScan is one pass over a pylon response's headers: its load report and the
+// hop-by-hop and internal headers to strip before the client (the pylon's x-pylon-load is
+// always there).
+type responseScan struct {
+	load []byte
+	del  [16]string
+	n    int
+}
+
+func (rs *responseScan) scan(h *fasthttp.ResponseHeader) {
+	for k, v := range h.All() {
+		s, ok := stripped(k, internalResponse, hopByHop)
+		if !ok {
+			continue
+		}
+		if s == control.HeaderPylonLoad && rs.load == nil {
+			rs.load = v
+		}
+		if rs.n < len(rs.del) {
+			rs.del[rs.n] = s
+			rs.n++
 		}
 	}
-	for _, k := range del {
+}
+
+// strip deletes the headers found by scan (after the retry decision has read them).
+func (rs *responseScan) strip(h *fasthttp.ResponseHeader) {
+	for _, k := range rs.del[:rs.n] {
 		h.Del(k)
 	}
 }
@@ -82,6 +99,12 @@ var (
 	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerURL)
 	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderClusterID)
 )
+
+// streamKey marks request bodies that may ask for a streamed response.
+var streamKey = []byte(`"stream"`)
+
+// maxBufferedResponse bounds a non-streamed upstream response the gateway reads whole.
+const maxBufferedResponse = 256 << 20
 
 // cancelPoll is how often a parked request checks that its client is still connected.
 const cancelPoll = 50 * time.Millisecond
@@ -215,7 +238,9 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Response.Reset()
-	ctx.Response.StreamBody = true
+	// Stream the response only when the request may ask for a stream: a plain JSON answer
+	// is read whole (fewer allocations and copies), up to maxBufferedResponse.
+	ctx.Response.StreamBody = bytes.Contains(ctx.Request.Body(), streamKey)
 	start := g.deps.Now()
 	err := b.Client.DoTimeout(&ctx.Request, &ctx.Response, g.cfg.HeadersTimeout)
 	if err != nil {
@@ -224,6 +249,10 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		ctx.Response.Reset()
 		p.Failures++
 		p.FailedBackends = append(p.FailedBackends, b.ID)
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			// The backend answered; another attempt would only repeat the work.
+			return false, fmt.Errorf("%w: backend %s: the response body exceeds %d bytes; ask for \"stream\": true", ErrUpstreamError, b.ID, maxBufferedResponse)
+		}
 		if st.connectRetries < g.cfg.MaxConnectRetries && g.budgetLeft(p, rt) {
 			st.connectRetries++
 			p.PreferCluster = out.ClusterID
@@ -243,7 +272,9 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	end := g.deps.Now()
 	bs.proxyDuration.Update(end.Sub(start).Seconds())
 	ts.attempt(bs, b.ID, status)
-	if v := ctx.Response.Header.Peek(control.HeaderPylonLoad); v != nil {
+	var rs responseScan
+	rs.scan(&ctx.Response.Header)
+	if v := rs.load; v != nil {
 		if r, err := control.ParseLoadReport(string(v)); err == nil {
 			g.fleet.ReportLoad(b, &r, end)
 			g.metrics.loadApplied.Inc()
@@ -278,7 +309,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		}
 	}
 	rh := &ctx.Response.Header
-	stripResponse(rh)
+	rs.strip(rh)
 	rh.SetCanonical(hdrServerID, b.IDBytes)
 	rh.SetCanonical(hdrServerURL, b.URLBytes)
 	rh.SetCanonical(hdrClusterID, b.ClusterIDBytes)

@@ -250,11 +250,10 @@ func (s *Scheduler) armAlarm() {
 // aggregated per cluster (latest-wins from the most recently updated backend), with each
 // cluster's live reservations applied. Backends are visited in (cluster, id) order, kept
 // sorted while the backend set is unchanged.
-func (s *Scheduler) snap() *lb.Snapshot {
+func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 	if !s.dirty && s.snapshot != nil {
 		return s.snapshot
 	}
-	now := s.deps.Now()
 	if len(s.order) != len(s.backends) {
 		s.order = s.order[:0]
 		for id := range s.backends {
@@ -365,7 +364,7 @@ func (s *Scheduler) try(p *Pending) {
 			}
 			return
 		}
-		snap := s.snap()
+		snap := s.snap(now)
 		if len(snap.Candidates) > 0 {
 			switch lb.Admit(snap, &p.Req, p.Entry) {
 			case lb.InputWorkLimitExceeded:
@@ -475,7 +474,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	if b.view.Seq != nil {
 		out.Seq = b.view.Seq.Add(1)
 	}
-	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: p.Req.InputTokens, priority: p.Req.Priority, at: s.deps.Now()})
+	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: p.Req.InputTokens, priority: p.Req.Priority, at: p.Arrival.Add(elapsed)})
 	s.dirty = true
 	routing := time.Duration(-1)
 	if !p.routed {
@@ -517,7 +516,7 @@ type stateRequest struct{}
 
 func (s *Scheduler) stateNow() *State {
 	st := &State{Target: s.target, Backends: len(s.backends), Parked: s.parkedCount, Reservations: map[string]int{}}
-	st.Candidates = len(s.snap().Candidates)
+	st.Candidates = len(s.snap(s.deps.Now()).Candidates)
 	for id, b := range s.backends {
 		if len(b.reservations) > 0 {
 			st.Reservations[id] = len(b.reservations)

@@ -1,0 +1,56 @@
+package gateway
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// parseRouting reads every routing header in one pass: names match case-insensitively,
+// the first of repeated headers wins, an empty value is present (and invalid where a
+// number or a non-blank string is required), and the retry-budget header's name is
+// configurable.
+func TestParseRoutingSinglePass(t *testing.T) {
+	newID := func() string { return "generated" }
+	var h fasthttp.RequestHeader
+	h.Set("X-Model", "m")
+	h.Set("x-input-tokens", " 42 ")
+	h.Add("X-PRIORITY", "4")
+	h.Add("x-priority", "9")
+	h.Set("X-Cache-Affinity-Key", "k")
+	h.Set("x-routing-key", " tenant ")
+	h.Set("X-Max-Wait-Ms", "90000")
+	h.Set("My-Budget", "250")
+	h.Set("Content-Type", "application/json")
+	r, err := parseRouting(&h, nil, "my-budget", newID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := routing{
+		requestID: "generated", requestIDIsNew: true, model: "m", inputTokens: 42, routingKey: "tenant",
+		affinityKey: "k", priority: 4, maxWait: 60_000_000_000, hasMaxWait: true, budget: 250_000_000, hasBudget: true,
+	}
+	if r != want {
+		t.Errorf("got %+v\nwant %+v", r, want)
+	}
+
+	for _, tc := range []struct{ name, value string }{
+		{"x-request-id", " "},
+		{"x-model", ""},
+		{"x-input-tokens", ""},
+		{"x-priority", "-1"},
+		{"x-priority", "4294967296"},
+		{"x-request-slo-ms", "x"},
+		{"x-max-wait-ms", "1.5"},
+		{"My-Budget", "soon"},
+	} {
+		var h fasthttp.RequestHeader
+		h.Set("x-model", "m")
+		h.Set("x-input-tokens", "1")
+		h.Set(tc.name, tc.value)
+		if _, err := parseRouting(&h, nil, "my-budget", newID); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: %q: err %v, want a bad request", tc.name, tc.value, err)
+		}
+	}
+}
