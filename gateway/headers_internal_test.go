@@ -54,3 +54,21 @@ func TestParseRoutingSinglePass(t *testing.T) {
 		}
 	}
 }
+
+// A load report parsed in place keeps nothing of the header buffer, which fasthttp reuses.
+func TestParseLoadReportDoesNotAliasTheHeader(t *testing.T) {
+	for _, model := range []string{"m", "other"} {
+		v := []byte("v=1;m=m;q=2;tps=100;seq=7")
+		r, err := parseLoadReport(v, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(v, "XXXXXXXXXXXXXXXXXXXXXXXX")
+		if r.Model != "m" || r.Load.QueueSize != 2 || r.DispatchSeq != 7 {
+			t.Errorf("request model %q: report %+v after the buffer was reused", model, r)
+		}
+	}
+	if _, err := parseLoadReport([]byte("q=1"), "m"); err == nil {
+		t.Error("a report without a version parsed")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
@@ -275,7 +276,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	var rs responseScan
 	rs.scan(&ctx.Response.Header)
 	if v := rs.load; v != nil {
-		if r, err := control.ParseLoadReport(string(v)); err == nil {
+		if r, err := parseLoadReport(v, t.Model); err == nil {
 			g.fleet.ReportLoad(b, &r, end)
 			g.metrics.loadApplied.Inc()
 		} else {
@@ -318,6 +319,22 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	ts.overhead.Update(max(start.Sub(p.Arrival), 0).Seconds())
 	return false, nil
+}
+
+// parseLoadReport parses an x-pylon-load value in place, without copying it to a string
+// first. Only the model name would alias the response's header buffer: it becomes the
+// request's own model string when equal (the usual case) and a copy otherwise.
+func parseLoadReport(v []byte, model string) (control.LoadReport, error) {
+	r, err := control.ParseLoadReport(unsafe.String(unsafe.SliceData(v), len(v)))
+	if err != nil {
+		return r, err //nolint:wrapcheck // counted, not shown
+	}
+	if r.Model == model {
+		r.Model = model
+	} else {
+		r.Model = strings.Clone(r.Model)
+	}
+	return r, nil
 }
 
 // retryable classifies an upstream response (REFERENCE.md §3.5 item 3).

@@ -72,28 +72,34 @@ type clusterInfo struct {
 	backends []string // routable backend ids, sorted
 	next     uint64   // round-robin counter
 	seen     bool     // present in the last snapshot
+	idx      int      // index of the cluster's candidate in the snapshot
+	stale    bool     // listed in Scheduler.stale
 }
 
 // Scheduler is the actor of one routing target: it owns the candidate snapshot, the
 // routing reservations, the balancer instances and the parked requests.
 type Scheduler struct {
-	target    Target
-	deps      Deps
-	self      *actor.PID
-	backends  map[string]*backendState
-	clusters  map[string]*clusterInfo
-	snapshot  *lb.Snapshot
-	snapBuf   lb.Snapshot    // reused by snap: rebuilt in place after every change
-	cands     []lb.Candidate // reused candidate slice of snapBuf
-	resv      []reservation  // scratch for aggregation
-	dirty     bool
-	order     []string     // backend ids in (cluster, id) order
-	group     []lb.Backend // scratch for aggregation
-	balancers map[lbconfig.Entry]lb.Balancer
-	rng       *rand.Rand
-	parked    parkHeap
-	alarm     *actors.Alarm
-	reeval    bool
+	target       Target
+	deps         Deps
+	self         *actor.PID
+	backends     map[string]*backendState
+	clusters     map[string]*clusterInfo
+	snapshot     *lb.Snapshot
+	snapBuf      lb.Snapshot    // reused by snap: rebuilt in place after every change
+	cands        []lb.Candidate // reused candidate slice of snapBuf
+	resv         []reservation  // scratch for aggregation
+	dirty        bool           // the candidate set changed: rebuild the snapshot whole
+	stale        []string       // clusters whose candidate must be re-aggregated in place
+	builtAt      time.Time      // last whole rebuild (which also expires old reservations)
+	order        []string       // backend ids in (cluster, id) order
+	group        []lb.Backend   // scratch for aggregation
+	balancers    map[lbconfig.Entry]lb.Balancer
+	lastEntry    lbconfig.Entry
+	lastBalancer lb.Balancer
+	rng          *rand.Rand
+	parked       parkHeap
+	alarm        *actors.Alarm
+	reeval       bool
 	// parkedCount counts live parked requests (the heap may hold cancelled entries).
 	parkedCount int
 }
@@ -159,7 +165,7 @@ func (s *Scheduler) Receive(c actor.Context) {
 	case Release:
 		if b, ok := s.backends[m.BackendID]; ok {
 			b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq == m.Seq })
-			s.dirty = true
+			s.touch(&b.view)
 			s.changed(c)
 		}
 	case stateRequest:
@@ -190,6 +196,9 @@ func (s *Scheduler) applyView(v *BackendView) {
 		s.backends[v.ID] = b
 		s.order = s.order[:0]
 	}
+	if !ok || b.view.Routable() != v.Routable() || b.view.ClusterID != v.ClusterID {
+		s.dirty = true // the candidate set or the order changes: rebuild it whole
+	}
 	b.view = *v
 	b.echoes = b.echoes || v.SeqEcho > 0
 	if !b.echoes {
@@ -200,7 +209,25 @@ func (s *Scheduler) applyView(v *BackendView) {
 	} else {
 		b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq <= v.SeqEcho })
 	}
-	s.dirty = true
+	s.touch(v)
+}
+
+// touch marks the cluster of a routable backend whose load or reservations changed: the
+// next snapshot re-aggregates that cluster's candidate in place instead of rebuilding every
+// candidate (a load report arrives with every pylon response).
+func (s *Scheduler) touch(v *BackendView) {
+	if s.dirty || !v.Routable() {
+		return
+	}
+	info := s.clusters[v.ClusterID]
+	if info == nil {
+		s.dirty = true
+		return
+	}
+	if !info.stale {
+		info.stale = true
+		s.stale = append(s.stale, v.ClusterID)
+	}
 }
 
 // retryParked re-evaluates parked requests: every one (onlyDue false, after a change) or
@@ -251,9 +278,14 @@ func (s *Scheduler) armAlarm() {
 // cluster's live reservations applied. Backends are visited in (cluster, id) order, kept
 // sorted while the backend set is unchanged.
 func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
-	if !s.dirty && s.snapshot != nil {
+	if !s.dirty && s.snapshot != nil && now.Sub(s.builtAt) < fullRebuildEvery {
+		if len(s.stale) > 0 {
+			s.refreshStale()
+		}
 		return s.snapshot
 	}
+	s.builtAt = now
+	s.stale = s.stale[:0]
 	if len(s.order) != len(s.backends) {
 		s.order = s.order[:0]
 		for id := range s.backends {
@@ -295,7 +327,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 			for i := range group {
 				info.backends = append(info.backends, group[i].ID)
 			}
-			info.seen = true
+			info.seen, info.stale, info.idx = true, false, len(candidates)-1
 		}
 		group, resv = group[:0], resv[:0]
 	}
@@ -332,17 +364,54 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 	return s.snapshot
 }
 
+// fullRebuildEvery bounds how long the snapshot is only patched in place: a whole rebuild
+// also drops reservations older than ReservationTTL.
+const fullRebuildEvery = time.Second
+
+// refreshStale re-aggregates the stale clusters' candidates in place; the candidate set,
+// its order and the snapshot's membership are unchanged.
+func (s *Scheduler) refreshStale() {
+	cands := s.snapBuf.Candidates
+	for _, c := range s.stale {
+		info := s.clusters[c]
+		info.stale = false
+		group, resv := s.group[:0], s.resv[:0]
+		source, latest := 0, time.Time{}
+		for i, id := range info.backends {
+			b := s.backends[id]
+			group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
+			resv = append(resv, b.reservations...)
+			if at := b.view.UpdatedAt; i == 0 || at.After(latest) {
+				source, latest = i, at
+			}
+		}
+		cand, _ := lb.Aggregate(c, group, source)
+		for _, r := range resv {
+			cand.Load = cand.Load.Reserve(r.tokens, r.priority)
+		}
+		cands[info.idx] = cand
+		s.group, s.resv = group, resv[:0]
+	}
+	s.stale = s.stale[:0]
+}
+
 // balancer returns the instance for entry e (per-target state, created on first use).
 func (s *Scheduler) balancer(e lbconfig.Entry) (lb.Balancer, error) {
 	e.Name = ""
-	if b, ok := s.balancers[e]; ok {
-		return b, nil
+	// Nearly every request of a target uses the same entry: compare with the last one
+	// before hashing the whole entry as a map key.
+	if s.lastBalancer != nil && e == s.lastEntry {
+		return s.lastBalancer, nil
 	}
-	b, err := lb.New(e, s.rng)
-	if err != nil {
-		return nil, err
+	b, ok := s.balancers[e]
+	if !ok {
+		var err error
+		if b, err = lb.New(e, s.rng); err != nil {
+			return nil, err
+		}
+		s.balancers[e] = b
 	}
-	s.balancers[e] = b
+	s.lastEntry, s.lastBalancer = e, b
 	return b, nil
 }
 
@@ -475,7 +544,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 		out.Seq = b.view.Seq.Add(1)
 	}
 	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: p.Req.InputTokens, priority: p.Req.Priority, at: p.Arrival.Add(elapsed)})
-	s.dirty = true
+	s.touch(&b.view)
 	routing := time.Duration(-1)
 	if !p.routed {
 		p.routed, routing = true, elapsed

@@ -319,3 +319,54 @@ func TestRoundRobinStatePerTarget(t *testing.T) {
 		}
 	})
 }
+
+// Load changes patch a multi-backend cluster's candidate in place: the aggregate follows
+// every backend's latest load, and a reservation no report ever covers still expires
+// after ReservationTTL (the periodic whole rebuild).
+func TestSnapshotPatchedInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		pon := lbconfig.DefaultEntry(lbconfig.PowerOfN)
+		member := func(id, cluster string, queued uint64, echo uint64) {
+			if f.seq[id] == nil {
+				f.seq[id] = &atomic.Uint64{}
+			}
+			f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+				ID: id, URL: "http://" + id, ClusterID: cluster, Active: true, RTT: time.Millisecond, HasRTT: true,
+				Load:    load.Load{InputTPS: 100, QueuedInputTokens: queued, QueueSize: min(queued, 1), MaxEngineConcurrency: 1, RunningRequests: 1},
+				SeqEcho: echo, Seq: f.seq[id], UpdatedAt: time.Now(),
+			}})
+		}
+		member("c1", "c", 0, 0)
+		member("c2", "c", 0, 0)
+		member("d1", "d", 100, 0)
+		if out := <-f.route(pon, 1, nil).Mailbox; out.ClusterID != "c" {
+			t.Fatalf("idle shared cluster not chosen: %+v", out)
+		}
+		time.Sleep(time.Millisecond)
+		member("c1", "c", 300, 1) // c: 300 tokens at 200 tok/s = 1.5 s > d's 1 s
+		if out := <-f.route(pon, 1, nil).Mailbox; out.ClusterID != "d" {
+			t.Fatalf("after c1's report: %+v, want cluster d", out)
+		}
+		time.Sleep(time.Millisecond)
+		member("c1", "c", 0, 1)
+		member("d1", "d", 100, 1) // covers the dispatch to d
+		if out := <-f.route(pon, 1, nil).Mailbox; out.ClusterID != "c" {
+			t.Fatalf("after c drained: %+v, want cluster c", out)
+		}
+
+		// A reservation on a backend whose reports never cover it.
+		f2 := newFixture(t)
+		f2.backend("e", time.Millisecond, load.Load{InputTPS: 1000, MaxEngineConcurrency: 1}, 5)
+		if out := <-f2.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("first: %+v", out)
+		}
+		if out := <-f2.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeRejected {
+			t.Fatalf("while reserved: %+v", out)
+		}
+		time.Sleep(dispatch.ReservationTTL + time.Second)
+		if out := <-f2.route(waw(), 10, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("after the reservation TTL: %+v", out)
+		}
+	})
+}
