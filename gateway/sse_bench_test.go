@@ -1,0 +1,168 @@
+package gateway_test
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSSEForwarding measures the CPU each SSE event costs on its way through a bare
+// streaming fasthttp proxy (the LIBRARIES.md zero-copy idiom) and through the gateway,
+// side by side: streams of 100 events (one flush each, in lockstep with the client, so
+// each event is its own read and write on every hop, as tokens are) are read from the upstream
+// directly, through the proxy and through the gateway, rotating the three paths, and the
+// process CPU per event of each path minus the direct one is that path's cost (budget:
+// gateway ≤ 1.2× proxy). Run: go test -run '^$' -bench SSEForwarding -benchtime 1x ./gateway/
+func BenchmarkSSEForwarding(b *testing.B) {
+	const events, streams = 100, 300
+	event := []byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n")
+	ack := make(chan struct{}, 1)
+	upstream := serve(b, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == control.HealthPath {
+			return
+		}
+		ctx.SetContentType("text/event-stream")
+		ctx.Response.Header.Set(control.HeaderPylonLoad, "v=1;m=m;tps=1000;mc=8")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for range events {
+				_, _ = w.Write(event)
+				_ = w.Flush()
+				select { // lockstep: the next event once the client has this one
+				case <-ack:
+				case <-time.After(5 * time.Second):
+					return
+				}
+			}
+		})
+	})
+	upClient := &fasthttp.HostClient{Addr: upstream}
+	proxy := serve(b, func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.Del("Connection")
+		ctx.Response.StreamBody = true
+		if err := upClient.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	})
+	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gdone := make(chan struct{})
+	go func() {
+		defer close(gdone)
+		_ = g.Serve(gln)
+	}()
+	b.Cleanup(func() {
+		g.Shutdown()
+		<-gdone
+		upClient.CloseIdleConnections()
+	})
+	gw := gln.Addr().String()
+	register(b, gw, upstream)
+
+	paths := []string{upstream, proxy, gw}
+	clients := make([]*fasthttp.HostClient, len(paths))
+	for i, a := range paths {
+		clients[i] = &fasthttp.HostClient{Addr: a}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.Set(control.HeaderModel, "m")
+	req.Header.Set(control.HeaderInputTokens, "3")
+	req.Header.Set(control.HeaderRequestID, "r")
+	req.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	buf := make([]byte, 64<<10)
+	var cpu [3]time.Duration
+	for b.Loop() {
+		cpu = [3]time.Duration{}
+		for k := range streams {
+			for j := range clients {
+				i := (k + j) % len(clients)
+				req.SetHost(paths[i])
+				resp.StreamBody = true
+				start := cpuTime(b)
+				if err := clients[i].Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Fatalf("path %d: %v %d", i, err, resp.StatusCode())
+				}
+				n, acked := 0, 0
+				for s := resp.BodyStream(); ; {
+					m, err := s.Read(buf)
+					n += m
+					for ; acked < n/len(event); acked++ {
+						ack <- struct{}{}
+					}
+					if err != nil {
+						break
+					}
+				}
+				_ = resp.CloseBodyStream()
+				cpu[i] += cpuTime(b) - start
+				if n != events*len(event) {
+					b.Fatalf("path %d: read %d bytes, want %d", i, n, events*len(event))
+				}
+			}
+		}
+	}
+	per := func(i int) float64 { return float64(cpu[i]-cpu[0]) / float64(streams*events) / 1e3 }
+	b.ReportMetric(float64(cpu[0])/float64(streams*events)/1e3, "direct-µs-cpu/event")
+	b.ReportMetric(per(1), "proxy-added-µs-cpu/event")
+	b.ReportMetric(per(2), "gateway-added-µs-cpu/event")
+	b.ReportMetric(per(2)/per(1), "ratio")
+}
+
+// register registers upstream as backend "u" serving model "m" and waits for its first
+// RTT probe.
+func register(b *testing.B, gw, upstream string) {
+	b.Helper()
+	ctl := &fasthttp.HostClient{Addr: gw}
+	defer ctl.CloseIdleConnections()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("PUT")
+	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
+	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
+	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		b.Fatalf("register: %v %d", err, resp.StatusCode())
+	}
+	for range 100 {
+		req.Reset()
+		req.SetRequestURI("http://" + gw + "/debug/state")
+		if err := ctl.Do(req, resp); err == nil && strings.Contains(string(resp.Body()), `"routable": true`) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatalf("backend never routable:\n%s", resp.Body())
+}
+
