@@ -165,4 +165,3 @@ func register(b *testing.B, gw, upstream string) {
 	}
 	b.Fatalf("backend never routable:\n%s", resp.Body())
 }
-
