@@ -164,6 +164,7 @@ type Gateway struct {
 	sys      *actor.ActorSystem
 	dir      *dispatch.Directory
 	pending  dispatch.PendingPool
+	watch    *connWatch
 	fleet    *fleet.Fleet
 	lbcfg    atomic.Pointer[lbconfig.Config]
 	lbMtime  time.Time
@@ -201,6 +202,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.lbcfg.Store(lc)
 	g.sys = actors.NewSystem(deps.Logger)
+	g.watch = newConnWatch(cfg.HeadersTimeout, deps.Now)
 	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed})
 	g.fleet = fleet.New(fleet.Deps{
 		Now: deps.Now, Logger: g.log, System: g.sys, Schedulers: g.dir,
@@ -255,7 +257,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 		ReadBufferSize:                16 << 10,
 		MaxResponseBodySize:           maxBufferedResponse, // streamed bodies are not limited
 		ConnPoolStrategy:              fasthttp.LIFO,
-		Dial:                          headersTimeoutDial(g.deps.Dial),
+		Dial:                          g.watch.dial(g.deps.Dial),
 	}
 }
 
@@ -305,6 +307,7 @@ func (g *Gateway) Close() {
 	g.fleet.Stop()
 	g.dir.Stop()
 	g.sys.Shutdown()
+	g.watch.close()
 }
 
 // Reload re-reads the lb-config file; an invalid file keeps the current configuration.

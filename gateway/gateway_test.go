@@ -429,8 +429,8 @@ func TestHeadersTimeoutCoversOnlyTheWaitForHeaders(t *testing.T) {
 		if r := h2.chat(nil); r.status != 502 {
 			t.Errorf("silent pylon: %d %s, want 502", r.status, r.body)
 		}
-		if got := time.Since(start); got != time.Second {
-			t.Errorf("silent pylon failed after %v, want 1s", got)
+		if got := time.Since(start); got < time.Second || got > 1250*time.Millisecond {
+			t.Errorf("silent pylon failed after %v, want 1s (+ at most the 250 ms sweep period)", got)
 		}
 		time.Sleep(2 * time.Second) // let the silent pylon's handler finish
 	})

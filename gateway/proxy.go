@@ -243,7 +243,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	// is read whole (fewer allocations and copies), up to maxBufferedResponse.
 	ctx.Response.StreamBody = bytes.Contains(ctx.Request.Body(), streamKey)
 	start := g.deps.Now()
-	err := b.Client.DoTimeout(&ctx.Request, &ctx.Response, g.cfg.HeadersTimeout)
+	err := b.Client.Do(&ctx.Request, &ctx.Response) // the headers timeout is connWatch's
 	if err != nil {
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
 		g.release(pid, out)
