@@ -50,10 +50,7 @@ func (p *Pylon) calibrate(ctx context.Context) error {
 		}
 	}
 	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{
-		Handler: p.serve, Name: "switchyard-pylon-calibration", NoDefaultServerHeader: true, NoDefaultContentType: true,
-		MaxRequestBodySize: p.cfg.MaxRequestBodyBytes, Logger: fasthttpLogger{p.log},
-	}
+	srv := p.newServer("switchyard-pylon-calibration")
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -33,6 +33,8 @@ const (
 	DefaultMetricsPrefix         = "pylon_"
 	DefaultMaxRequestBodyBytes   = 64 << 20
 	DefaultCalibrationTimeout    = 30 * time.Second
+	DefaultFirstOutputTimeout    = 30 * time.Second
+	DefaultStreamIdleTimeout     = 30 * time.Second
 	// RetireGrace keeps a retired generation's actor answering "unavailable" before it stops.
 	RetireGrace = time.Minute
 )
@@ -76,11 +78,25 @@ type Config struct {
 	PropagateRetryAfter           bool   // true
 	LocalConnectFailuresRetryable bool   // false
 
+	// FirstOutputTimeout bounds the wait from writing a request to the engine until its
+	// first response bytes (for a non-streamed response, the whole answer): 504
+	// problem+json when it passes (30 s; 0 = none).
+	FirstOutputTimeout time.Duration
+	// StreamIdleTimeout bounds every later wait for more response bytes, including the
+	// wait between streamed response headers and the first event: the engine connection is
+	// closed and the relayed stream cut (30 s; 0 = none).
+	StreamIdleTimeout time.Duration
+	// RequireStreaming rejects chat and responses bodies without "stream": true with 400
+	// (REFERENCE.md §4.6 item 5; off by default: DESIGN.md makes streaming optional).
+	RequireStreaming bool
+
 	ControlToken          string
 	MetricsPrefix         string // pylon_
 	DiscoveryPollInterval time.Duration
-	DrainTimeout          time.Duration
-	MaxRequestBodyBytes   int
+	// DrainTimeout bounds a shutdown's wait for in-flight requests; past it their engine
+	// connections and then their client connections are closed.
+	DrainTimeout        time.Duration
+	MaxRequestBodyBytes int // larger bodies get 413 problem+json (64 MiB)
 }
 
 // DefaultConfig returns the documented defaults (UpstreamBaseURL still has to be set).
@@ -96,6 +112,7 @@ func DefaultConfig() Config {
 		DrainTimeout: DefaultDrainTimeout, MaxRequestBodyBytes: DefaultMaxRequestBodyBytes,
 		CalibrationRequests: calibrate.DefaultRequests, CalibrationPromptUnits: calibrate.DefaultPromptUnits,
 		CalibrationMaxConcurrency: calibrate.DefaultMaxConcurrency, CalibrationTimeout: DefaultCalibrationTimeout,
+		FirstOutputTimeout: DefaultFirstOutputTimeout, StreamIdleTimeout: DefaultStreamIdleTimeout,
 	}
 }
 
@@ -166,6 +183,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DiscoveryPollInterval <= 0 || c.DrainTimeout < 0 || c.MaxRequestBodyBytes <= 0 {
 		bad("model-discovery-poll-interval-ms, drain-timeout-ms and max-request-body-bytes must be positive")
+	}
+	if c.FirstOutputTimeout < 0 {
+		bad("first-output-timeout-ms must be ≥ 0 (0 = none)")
+	}
+	if c.StreamIdleTimeout < 0 {
+		bad("stream-idle-timeout-ms must be ≥ 0 (0 = none)")
 	}
 	if c.DoCalibration {
 		if c.CalibrationRequests <= 0 || c.CalibrationPromptUnits <= 0 || c.CalibrationMaxConcurrency <= 0 {

@@ -86,6 +86,11 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		generationUnavailable(string(modelName)).write(ctx)
 		return
 	}
+	stream, bad := p.checkBody(ctx)
+	if bad != nil {
+		bad.write(ctx)
+		return
+	}
 	var (
 		expected    uint64
 		hasExpected bool
@@ -134,7 +139,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		h.Set(control.HeaderDynamoPriority, strconv.FormatUint(uint64(ep), 10))
 		h.Set(control.HeaderDynamoStrict, "0")
 	}
-	if !wantsStream(ctx) {
+	if !stream {
 		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()} // stays on the stack
 		p.relayBuffered(ctx, &obs, gatewayID)
 		return
@@ -178,15 +183,18 @@ func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, ga
 	p.addLoad(ctx, obs.g, gatewayID)
 }
 
+// upstreamFailed answers an engine call that failed before a response (problem.go:
+// upstreamFailure) and releases the request.
 func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, err error, gatewayID string) {
 	p.log.Debug("upstream_failed", "request_id", obs.id, "err", err)
-	obs.status = fasthttp.StatusServiceUnavailable
+	pr := upstreamFailure(err, p.engine.aborted(), p.cfg.LocalConnectFailuresRetryable)
+	obs.status = pr.Status
 	obs.Finished(p.now(), &relay.Usage{}, err)
-	connectFailure(p.cfg.LocalConnectFailuresRetryable).write(ctx)
-	if p.cfg.LocalConnectFailuresRetryable {
-		p.metrics.retryable(control.RetryLocalConnectFailure, fasthttp.StatusServiceUnavailable)
+	pr.write(ctx)
+	if pr.retryable {
+		p.metrics.retryable(pr.Reason, pr.Status)
 	} else {
-		p.metrics.nonRetryable(control.RetryLocalConnectFailure)
+		p.metrics.nonRetryable(pr.Reason)
 	}
 	p.addLoad(ctx, obs.g, gatewayID)
 }
@@ -248,23 +256,6 @@ func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gatewayID strin
 	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: s.load, DispatchSeq: p.seqOf(gatewayID)}
 	var buf [256]byte
 	ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, control.AppendLoadReport(buf[:0], &r))
-}
-
-// wantsStream reports whether the client asked for a streamed response.
-func wantsStream(ctx *fasthttp.RequestCtx) bool {
-	if bytes.Contains(ctx.Request.Header.Peek("Accept"), []byte("text/event-stream")) {
-		return true
-	}
-	body := ctx.Request.Body()
-	i := bytes.Index(body, []byte(`"stream"`))
-	if i < 0 {
-		return false
-	}
-	rest := bytes.TrimLeft(body[i+len(`"stream"`):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
-		return false
-	}
-	return bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("true"))
 }
 
 // requestObserver reports one request's milestones to its generation actor and metrics.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ type hermetic struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
+	pylon     *pylon.Pylon
+	logs      *logRecorder
 	pylonDone chan struct{}
 	runErr    error
 }
@@ -67,10 +70,12 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 	h.wg.Go(func() { _ = ctl.Serve(h.lns["gateway"]) })
 
 	cfg.UpstreamBaseURL, cfg.Gateways, cfg.AdvertiseURL = "http://engine", []string{"http://gateway"}, "http://pylon:8100"
-	p, err := pylon.New(cfg, pylon.Deps{Listener: h.lns["pylon"], Dial: h.dial})
+	h.logs = &logRecorder{}
+	p, err := pylon.New(cfg, pylon.Deps{Listener: h.lns["pylon"], Dial: h.dial, Logger: slog.New(h.logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.pylon = p
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.pylonDone = make(chan struct{})

@@ -46,6 +46,11 @@ const (
 	mModelKVFree         = "model_kv_cache_free_tokens"
 	mModelMaxConcurrency = "model_max_engine_concurrency"
 	mModelAdvertised     = "model_advertised_status"
+	// mUpstreamTimeouts counts engine connections the pylon closed because the engine
+	// sent nothing for too long: reason first_output (no response bytes within the
+	// first-output timeout; the request got 504) or stream_idle (a response stalled longer
+	// than the stream idle timeout; the relayed stream was cut).
+	mUpstreamTimeouts = "upstream_timeouts_total"
 )
 
 var (
@@ -66,6 +71,9 @@ type pylonMetrics struct {
 	// outcomes caches the retry-signalling counters by outcomeKey (the series name is
 	// formatted once per distinct outcome, not per request).
 	outcomes sync.Map
+	// firstOutputTimeouts and streamIdleTimeouts are upstream_timeouts_total by reason.
+	firstOutputTimeouts *metrics.Counter
+	streamIdleTimeouts  *metrics.Counter
 }
 
 type outcomeKey struct {
@@ -77,7 +85,18 @@ type outcomeKey struct {
 func newPylonMetrics(prefix, id, version string) *pylonMetrics {
 	m := &pylonMetrics{set: metrics.NewSet(), prefix: prefix, id: escape(id)}
 	m.set.GetOrCreateGauge(prefix+mTargetInfo+`{service_name="pylon",service_version="`+escape(version)+`",commit="`+escape(version)+`"}`, func() float64 { return 1 })
+	m.firstOutputTimeouts = m.counter(mUpstreamTimeouts + `{reason="first_output"}`)
+	m.streamIdleTimeouts = m.counter(mUpstreamTimeouts + `{reason="stream_idle"}`)
 	return m
+}
+
+// upstreamTimedOut counts an engine connection the watchdog closed.
+func (m *pylonMetrics) upstreamTimedOut(why uint32) {
+	if why == abortFirstOutput {
+		m.firstOutputTimeouts.Inc()
+	} else {
+		m.streamIdleTimeouts.Inc()
+	}
 }
 
 func (m *pylonMetrics) counter(name string) *metrics.Counter {

@@ -2,6 +2,7 @@ package pylon
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -52,6 +53,68 @@ func connectFailure(retryable bool) *problem {
 	p := newProblem(fasthttp.StatusServiceUnavailable, "local upstream connection failed")
 	p.Reason, p.retryable = control.RetryLocalConnectFailure, retryable
 	return p
+}
+
+// Reasons of the pylon's own problems (in the body; in x-stargate-retry-reason too when
+// the problem is retryable).
+const (
+	reasonFirstOutputTimeout = "first_output_timeout"
+	reasonInvalidBody        = "invalid_request_body"
+	reasonStreamRequired     = "stream_required"
+	reasonBodyTooLarge       = "request_body_too_large"
+)
+
+// upstreamFailure answers an engine call that failed before any response was relayed.
+// All three cases are local upstream failures (REFERENCE.md §4.6 item 8): retryable only
+// with --local-connect-failures-retryable, since the engine may have started the work.
+//   - The first-output timeout (the engine sent nothing in time; REFERENCE.md §4.6 item
+//     10): 504, reason first_output_timeout.
+//   - A shutdown past its drain timeout aborted the call: 503, reason local_connect_failure.
+//   - Anything else (connect failure, engine closed the connection): 503, reason
+//     local_connect_failure.
+func upstreamFailure(err error, shuttingDown, retryable bool) *problem {
+	var p *problem
+	switch {
+	case shuttingDown:
+		p = newProblem(fasthttp.StatusServiceUnavailable, "the pylon shut down before the engine answered")
+		p.Reason = control.RetryLocalConnectFailure
+	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, new(abortError)):
+		p = newProblem(fasthttp.StatusGatewayTimeout, "the engine sent no response within the first-output timeout")
+		p.Reason = reasonFirstOutputTimeout
+	default:
+		p = connectFailure(retryable)
+	}
+	p.retryable = retryable
+	return p
+}
+
+// invalidBody rejects an inference request body (REFERENCE.md §4.6 item 5).
+func invalidBody(detail string) *problem {
+	p := newProblem(fasthttp.StatusBadRequest, detail)
+	p.Reason = reasonInvalidBody
+	return p
+}
+
+func streamRequired(path string) *problem {
+	p := newProblem(fasthttp.StatusBadRequest, path+` requests must set "stream": true`)
+	p.Reason = reasonStreamRequired
+	return p
+}
+
+// unreadableRequest answers a request fasthttp could not read (the server's ErrorHandler):
+// a body over the limit gets 413, headers over the read buffer 431, anything else 400.
+func unreadableRequest(err error, maxBodyBytes int) *problem {
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		p := newProblem(fasthttp.StatusRequestEntityTooLarge, "request body exceeds the limit of "+strconv.Itoa(maxBodyBytes)+" bytes")
+		p.Reason = reasonBodyTooLarge
+		return p
+	case errors.As(err, &small):
+		return newProblem(fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers are too large")
+	default:
+		return newProblem(fasthttp.StatusBadRequest, "cannot parse the request: "+err.Error())
+	}
 }
 
 func internalError() *problem {

@@ -50,6 +50,9 @@ type Pylon struct {
 	metrics *pylonMetrics
 
 	client       *fasthttp.HostClient
+	engine       *engineConns // the client's connections: timeouts and shutdown abort
+	dial         fasthttp.DialFunc
+	clients      *clientConns // the server's connections
 	control      *fasthttp.Client
 	upstreamHost string
 	fromEngine   headerSet // removed from engine responses (fromEngineSet)
@@ -97,8 +100,11 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	if deps.Dial != nil {
 		dial = fasthttp.DialFunc(deps.Dial)
 	}
+	p.dial = dial
+	p.engine = newEngineConns(dial, cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, p.metrics.upstreamTimedOut)
+	p.clients = newClientConns()
 	p.client = &fasthttp.HostClient{
-		Addr: u.Host, Dial: dial, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
+		Addr: u.Host, DialTimeout: p.engine.dialTimeout, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
 		MaxIdleConnDuration: 4 * time.Second, NoDefaultUserAgentHeader: true,
 		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
 			// A reused keep-alive connection the engine already closed: safe to resend once.
@@ -106,13 +112,22 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		},
 	}
 	p.control = &fasthttp.Client{Dial: dial, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
-	p.server = &fasthttp.Server{
-		Handler: p.serve, Name: "switchyard-pylon", NoDefaultServerHeader: true, NoDefaultContentType: true,
-		MaxRequestBodySize: cfg.MaxRequestBodyBytes, CloseOnShutdown: true,
-		Logger: fasthttpLogger{p.log},
-	}
+	p.server = p.newServer("switchyard-pylon")
+	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
 	p.sys = actors.NewSystem(p.log)
 	return p, nil
+}
+
+// newServer is a data-path server: the handler, the body limit and problem+json answers
+// for requests fasthttp cannot read (a body over the limit gets 413).
+func (p *Pylon) newServer(name string) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler: p.serve, Name: name, NoDefaultServerHeader: true, NoDefaultContentType: true,
+		MaxRequestBodySize: p.cfg.MaxRequestBodyBytes, Logger: fasthttpLogger{p.log},
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			unreadableRequest(err, p.cfg.MaxRequestBodyBytes).write(ctx)
+		},
+	}
 }
 
 // registrarRef is a running registrar and the notifier that wakes it on change.
@@ -316,7 +331,8 @@ func (p *Pylon) transport(_ context.Context, method, uri, token string, body []b
 
 // Run serves until ctx is done, then drains: it stops admitting (new requests get a
 // retryable 503 and gateways see the models INACTIVE), waits up to DrainTimeout for
-// in-flight requests, deregisters with DELETE and shuts down.
+// in-flight requests and aborts those still running (see stopServing), then deregisters
+// with DELETE and stops the actors.
 func (p *Pylon) Run(ctx context.Context) error {
 	if p.ln == nil {
 		var lc net.ListenConfig
@@ -333,6 +349,12 @@ func (p *Pylon) Run(ctx context.Context) error {
 	if len(p.cfg.ModelNames) > 0 {
 		p.setModels(p.cfg.ModelNames)
 	}
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		p.engine.watch(stopWatch)
+	}()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.server.Serve(p.ln) }()
 	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
@@ -358,14 +380,15 @@ func (p *Pylon) Run(ctx context.Context) error {
 			serveErr = nil
 		}
 	}
-	p.shutdown()
+	runErr = errors.Join(runErr, p.stopServing(serveErr))
+	// Every handler is done (or abandoned): nothing sends to the actors any more but the
+	// engine loops, which stop next.
 	cancelLoops()
-	if serveErr != nil {
-		runErr = errors.Join(runErr, p.server.Shutdown(), <-serveErr)
-	} else {
-		runErr = errors.Join(runErr, p.server.Shutdown())
-	}
 	wg.Wait()
+	p.deregister()
+	p.stopGenerations()
+	close(stopWatch)
+	<-watched
 	p.control.CloseIdleConnections()
 	p.client.CloseIdleConnections()
 	p.sys.Shutdown()
@@ -396,22 +419,93 @@ func (p *Pylon) startRegistrars() {
 	p.registrars.Store(&rs)
 }
 
-func (p *Pylon) shutdown() {
+// Shutdown timing.
+const (
+	drainPoll = 10 * time.Millisecond
+	// abortGrace bounds each wait after the drain deadline: for the handlers to finish once
+	// their engine connections are closed, then once their client connections are closed.
+	abortGrace = time.Second
+)
+
+// errHandlersAbandoned is returned by Run when handlers were still running after the
+// abort; the actors were stopped regardless.
+var errHandlersAbandoned = errors.New("pylon shutdown: handlers still running after the drain timeout and abort were abandoned")
+
+// stopServing drains the data path within DrainTimeout, then stops it whatever is left:
+//  1. draining: models INACTIVE, new requests get a retryable 503, in-flight ones continue;
+//     when none is left (or at the deadline) the listener closes and idle connections are
+//     closed (fasthttp's ShutdownWithContext, which waits for the open ones);
+//  2. at the deadline, every engine connection is closed: a handler waiting for the
+//     engine answers 503 and a relayed stream is cut;
+//  3. after abortGrace, every client connection still open is closed (a client that does
+//     not read, or is still sending its body);
+//  4. after another abortGrace the remaining handlers are abandoned (logged, error).
+//
+// serveErr is Serve's result channel (nil when Serve has already returned).
+func (p *Pylon) stopServing(serveErr <-chan error) error {
 	p.draining.Store(true)
 	p.publish() // models INACTIVE
-	deadline := p.now().Add(p.cfg.DrainTimeout)
-	for p.inflight.Load() > 0 && p.now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	deadline := time.Now().Add(p.cfg.DrainTimeout)
+	for p.inflight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(drainPoll)
 	}
-	if rs := p.registrars.Load(); rs != nil { // never registered: nothing to deregister
-		for _, r := range *rs {
-			_ = p.sys.Root.PoisonFuture(r.pid).Wait()
-		}
-		for _, gw := range p.cfg.Gateways {
-			status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
-			p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
+	stopped := make(chan error, 1)
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { stopped <- p.server.ShutdownWithContext(sctx) }()
+	// wait reports whether the server stopped within d, and its result.
+	wait := func(d time.Duration) (bool, error) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case err := <-stopped:
+			return true, err
+		case <-t.C:
+			select { // both ready: prefer the clean outcome
+			case err := <-stopped:
+				return true, err
+			default:
+				return false, nil
+			}
 		}
 	}
+	ok, err := wait(time.Until(deadline))
+	if !ok {
+		p.log.Warn("drain_timeout_aborting_engine_calls", "inflight", p.inflight.Load(), "engine_connections", p.engine.abort())
+		ok, err = wait(abortGrace)
+	}
+	if !ok {
+		p.log.Warn("drain_timeout_closing_client_connections", "inflight", p.inflight.Load(), "connections", p.clients.closeAll())
+		ok, err = wait(abortGrace)
+	}
+	if !ok {
+		cancel()
+		p.log.Error("drain_timeout_handlers_abandoned", "inflight", p.inflight.Load(), "err", <-stopped)
+		err = errHandlersAbandoned
+	}
+	if serveErr != nil {
+		err = errors.Join(err, <-serveErr)
+	}
+	return err
+}
+
+// deregister stops the registrars and sends DELETE to every gateway.
+func (p *Pylon) deregister() {
+	rs := p.registrars.Load()
+	if rs == nil { // never registered: nothing to deregister
+		return
+	}
+	for _, r := range *rs {
+		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
+	}
+	for _, gw := range p.cfg.Gateways {
+		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
+		p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
+	}
+}
+
+// stopGenerations stops every model generation actor.
+func (p *Pylon) stopGenerations() {
 	for _, e := range *p.models.Load() {
 		if g := e.cur.Load(); g != nil {
 			_ = p.sys.Root.StopFuture(g.pid).Wait()
@@ -422,7 +516,8 @@ func (p *Pylon) shutdown() {
 func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
 	base := p.cfg.UpstreamBaseURL
 	if p.cfg.EngineStatsStream != engine.ModeOff {
-		streamClient := &fasthttp.HostClient{Addr: p.upstreamHost, Dial: p.client.Dial, MaxIdleConnDuration: time.Second}
+		// Not on the data path's engineConns: the stats stream is long-lived and may idle.
+		streamClient := &fasthttp.HostClient{Addr: p.upstreamHost, Dial: p.dial, MaxIdleConnDuration: time.Second}
 		connected := p.metrics.gauge(mStreamConnected + `{mode="` + p.cfg.EngineStatsStream + `"}`)
 		s := &engine.StatsStream{
 			Client: streamClient, BaseURL: base, Path: p.cfg.EngineStatsStreamPath, Mode: p.cfg.EngineStatsStream,

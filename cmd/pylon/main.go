@@ -58,10 +58,13 @@ type cli struct {
 	PropagateRetryAfter        bool    `name:"propagate-retry-after" default:"true" negatable:"" help:"Convert the engine's Retry-After to x-stargate-retry-after-ms."`
 	LocalConnectFailRetryable  bool    `name:"local-connect-failures-retryable" help:"Mark engine connect failures retryable."`
 	ModelDiscoveryPollMs       uint64  `name:"model-discovery-poll-interval-ms" default:"5000" help:"Model discovery poll period."`
-	DrainTimeoutMs             uint64  `name:"drain-timeout-ms" default:"30000" help:"Longest wait for in-flight requests on SIGTERM."`
+	DrainTimeoutMs             uint64  `name:"drain-timeout-ms" default:"30000" help:"Longest wait for in-flight requests on SIGTERM; then their engine and client connections are closed."`
+	FirstOutputTimeoutMs       uint64  `name:"first-output-timeout-ms" default:"30000" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
+	StreamIdleTimeoutMs        uint64  `name:"stream-idle-timeout-ms" default:"30000" help:"Longest wait for more response bytes once the engine has started answering: the stream is cut (0 = none)."`
+	RequireStreaming           bool    `name:"require-streaming" help:"Reject chat and responses bodies without \"stream\": true (400)."`
 	ControlToken               string  `name:"control-token" help:"Bearer token for the gateways' control endpoint."`
 	MetricsPrefix              string  `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
-	MaxRequestBodyBytes        int     `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body."`
+	MaxRequestBodyBytes        int     `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
 	LogLevel                   string  `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
@@ -84,6 +87,7 @@ func (c *cli) config() pylon.Config {
 	cfg.RequireUpstreamRetryHeader, cfg.UpstreamRetryHeader, cfg.PropagateRetryAfter = c.RequireUpstreamRetryHeader, c.UpstreamRetryHeader, c.PropagateRetryAfter
 	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, ms(c.ModelDiscoveryPollMs), ms(c.DrainTimeoutMs)
 	cfg.ControlToken, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.MetricsPrefix, c.MaxRequestBodyBytes
+	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = ms(c.FirstOutputTimeoutMs), ms(c.StreamIdleTimeoutMs), c.RequireStreaming
 	return cfg
 }
 
@@ -108,15 +112,20 @@ func (c *cli) Run() error {
 	return p.Run(ctx)
 }
 
-func main() {
-	var c cli
-	ctx := kong.Parse(&c,
+// options are the kong options of the command line (shared with the tests).
+func options() []kong.Option {
+	return []kong.Option{
 		kong.Name("pylon"),
 		kong.Description("Switchyard pylon: sidecar next to one inference engine (registration, load stats, local queue admission, stream relay)."),
 		kong.UsageOnError(),
 		kong.DefaultEnvars("SWITCHYARD_PYLON"),
 		kong.Vars{"version": "pylon " + version},
-	)
+	}
+}
+
+func main() {
+	var c cli
+	ctx := kong.Parse(&c, options()...)
 	if err := ctx.Run(); err != nil {
 		ctx.Errorf("%v", err)
 		os.Exit(1)

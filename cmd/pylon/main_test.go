@@ -1,0 +1,65 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+)
+
+// parse parses args (and the environment) like main, without running or exiting.
+func parse(t *testing.T, args ...string) (*cli, error) {
+	t.Helper()
+	var c cli
+	k, err := kong.New(&c, append(options(), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = k.Parse(args)
+	return &c, err
+}
+
+func TestEngineTimeoutAndStreamingFlags(t *testing.T) {
+	base := []string{"--upstream-http-base-url", "http://127.0.0.1:8090"}
+	for _, tc := range []struct {
+		name             string
+		args             []string
+		env              map[string]string
+		first, idle      time.Duration
+		requireStreaming bool
+	}{
+		{"defaults", nil, nil, 30 * time.Second, 30 * time.Second, false},
+		{"flags", []string{"--first-output-timeout-ms", "1500", "--stream-idle-timeout-ms", "0", "--require-streaming"}, nil, 1500 * time.Millisecond, 0, true},
+		{"env", nil, map[string]string{
+			"SWITCHYARD_PYLON_FIRST_OUTPUT_TIMEOUT_MS": "0", "SWITCHYARD_PYLON_STREAM_IDLE_TIMEOUT_MS": "45000",
+			"SWITCHYARD_PYLON_REQUIRE_STREAMING": "true",
+		}, 0, 45 * time.Second, true},
+		{"flag beats env", []string{"--first-output-timeout-ms", "2000"}, map[string]string{"SWITCHYARD_PYLON_FIRST_OUTPUT_TIMEOUT_MS": "9000"}, 2 * time.Second, 30 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			c, err := parse(t, append(base, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := c.config()
+			if cfg.FirstOutputTimeout != tc.first || cfg.StreamIdleTimeout != tc.idle || cfg.RequireStreaming != tc.requireStreaming {
+				t.Errorf("first output %v, stream idle %v, require streaming %v; want %v, %v, %v",
+					cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming, tc.first, tc.idle, tc.requireStreaming)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestBadTimeoutIsRejected(t *testing.T) {
+	_, err := parse(t, "--upstream-http-base-url", "http://127.0.0.1:8090", "--stream-idle-timeout-ms", "-1")
+	if err == nil || !strings.Contains(err.Error(), "stream-idle-timeout-ms") {
+		t.Errorf("--stream-idle-timeout-ms -1: %v, want a parse error naming the flag", err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pylon
+
+const raceEnabled = false

@@ -1,0 +1,193 @@
+package pylon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// The one place where the pylon's failures become HTTP answers.
+func TestProblemMapping(t *testing.T) {
+	t.Parallel()
+	type answer struct {
+		Status                  int
+		Retryable, RetryReason  string
+		ContentType, BodyReason string
+	}
+	for _, tc := range []struct {
+		name string
+		pr   *problem
+		want answer
+	}{
+		{
+			"first-output timeout (fasthttp's ErrTimeout)", upstreamFailure(fasthttp.ErrTimeout, false, false),
+			answer{504, "", "", "application/problem+json", reasonFirstOutputTimeout},
+		},
+		{
+			"first-output timeout, retryable local failures", upstreamFailure(fasthttp.ErrTimeout, false, true),
+			answer{504, "true", reasonFirstOutputTimeout, "application/problem+json", reasonFirstOutputTimeout},
+		},
+		{
+			"watchdog abort surfacing wrapped", upstreamFailure(fmt.Errorf("read chunk: %w", abortError(abortStreamIdle)), false, false),
+			answer{504, "", "", "application/problem+json", reasonFirstOutputTimeout},
+		},
+		{
+			"connect failure", upstreamFailure(errors.New("dial tcp: connection refused"), false, false),
+			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"connect failure, retryable", upstreamFailure(fasthttp.ErrConnectionClosed, false, true),
+			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"aborted by shutdown", upstreamFailure(fasthttp.ErrConnectionClosed, true, false),
+			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"aborted by shutdown, even if it looks like a timeout", upstreamFailure(fasthttp.ErrTimeout, true, true),
+			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"body too large", unreadableRequest(fmt.Errorf("read body: %w", fasthttp.ErrBodyTooLarge), 64<<20),
+			answer{413, "", "", "application/problem+json", reasonBodyTooLarge},
+		},
+		{
+			"headers too large", unreadableRequest(&fasthttp.ErrSmallBuffer{}, 1),
+			answer{431, "", "", "application/problem+json", ""},
+		},
+		{
+			"malformed request", unreadableRequest(io.ErrUnexpectedEOF, 1),
+			answer{400, "", "", "application/problem+json", ""},
+		},
+		{
+			"invalid body", invalidBody("request body is not valid JSON"),
+			answer{400, "", "", "application/problem+json", reasonInvalidBody},
+		},
+		{
+			"stream required", streamRequired("/v1/responses"),
+			answer{400, "", "", "application/problem+json", reasonStreamRequired},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var ctx fasthttp.RequestCtx
+			tc.pr.write(&ctx)
+			var body struct {
+				Status int    `json:"status"`
+				Reason string `json:"reason"`
+				Detail string `json:"detail"`
+			}
+			if err := json.Unmarshal(ctx.Response.Body(), &body); err != nil || body.Status != tc.want.Status || body.Detail == "" {
+				t.Errorf("body %s (%v)", ctx.Response.Body(), err)
+			}
+			h := &ctx.Response.Header
+			got := answer{
+				ctx.Response.StatusCode(), string(h.Peek(control.HeaderRetryable)), string(h.Peek(control.HeaderRetryReason)),
+				string(h.ContentType()), body.Reason,
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAbortErrorIsATimeoutOnlyForTheTimeouts(t *testing.T) {
+	t.Parallel()
+	for why, want := range map[uint32]bool{abortFirstOutput: true, abortStreamIdle: true, abortShutdown: false} {
+		if got := abortError(why).Timeout(); got != want {
+			t.Errorf("abortError(%d).Timeout() = %v, want %v", why, got, want)
+		}
+	}
+}
+
+// Validating a body costs no allocation when it is accepted, and decides streaming once.
+func TestCheckBodyAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector (json.Valid pools its scanner)")
+	}
+	p := &Pylon{cfg: DefaultConfig()}
+	p.cfg.RequireStreaming = true
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.SetRequestURI("http://pylon/v1/chat/completions")
+	msgs := strings.Repeat(`{"role":"user","content":[{"type":"text","text":"hello \"world\" \u00e9"}],"tool_calls":[{"id":"a","function":{"arguments":"{\"x\":[1,2.5e3,null,true]}"}}]},`, 40)
+	ctx.Request.SetBodyString(`{"model":"m","stream":true,"temperature":0.2,"messages":[` + msgs + `{"role":"user","content":"hi"}]}`)
+	stream, pr := p.checkBody(&ctx)
+	if !stream || pr != nil {
+		t.Fatalf("checkBody = %v, %+v", stream, pr)
+	}
+	if n := testing.AllocsPerRun(100, func() { p.checkBody(&ctx) }); n != 0 {
+		t.Errorf("checkBody allocates %v times per accepted body, want 0", n)
+	}
+}
+
+func TestStreamRequested(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]bool{
+		`{"stream":true}`:                               true,
+		`{"model":"m", "stream" :	true}`:                true,
+		`{"stream":false}`:                              false,
+		`{"stream_options":{"x":1},"stream":true}`:      true,
+		`{"stream_options":{"include_usage":true}}`:     false,
+		`{"messages":[{"content":"\"stream\": true"}]}`: false,
+		`{}`: false,
+	} {
+		if got := streamRequested([]byte(body)); got != want {
+			t.Errorf("streamRequested(%s) = %v, want %v", body, got, want)
+		}
+	}
+}
+
+func TestConfigRejectsNegativeTimeouts(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.UpstreamBaseURL = "http://engine:8090"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if cfg.FirstOutputTimeout != 30*time.Second || cfg.StreamIdleTimeout != 30*time.Second || cfg.RequireStreaming {
+		t.Errorf("defaults: first output %v, stream idle %v, require streaming %v", cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming)
+	}
+	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout = 0, 0 // disabled
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("timeouts 0: %v", err)
+	}
+	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout = -time.Millisecond, -time.Millisecond
+	err := cfg.Validate()
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "first-output-timeout-ms must be ≥ 0") || !strings.Contains(err.Error(), "stream-idle-timeout-ms must be ≥ 0") {
+		t.Errorf("negative timeouts: %v", err)
+	}
+}
+
+// The watchdog's period and tick counts: a timeout T fires between T and T + one period
+// after the wait began when the period divides T.
+func TestEngineConnsTicks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		first, idle           time.Duration
+		period                time.Duration
+		firstTicks, idleTicks uint64
+	}{
+		{30 * time.Second, 30 * time.Second, time.Second, 31, 31},
+		{time.Second, time.Second, 125 * time.Millisecond, 9, 9},
+		{0, 2 * time.Second, 250 * time.Millisecond, 0, 9},
+		{time.Second, 0, 125 * time.Millisecond, 9, 0},
+		{4 * time.Millisecond, time.Minute, time.Millisecond, 5, 60001},
+		{0, 0, 0, 0, 0},
+	} {
+		w := newEngineConns(nil, tc.first, tc.idle, func(uint32) {})
+		if w.period != tc.period || w.firstTicks != tc.firstTicks || w.idleTicks != tc.idleTicks {
+			t.Errorf("timeouts %v/%v: period %v, ticks %d/%d; want %v, %d/%d", tc.first, tc.idle, w.period, w.firstTicks, w.idleTicks, tc.period, tc.firstTicks, tc.idleTicks)
+		}
+	}
+}
