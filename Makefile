@@ -14,7 +14,7 @@ BENCHCOUNT ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build test race cover e2e fuzz bench lint fmt tidy-check tools demo clean
+.PHONY: help build test race cover e2e fuzz bench lint fmt tidy-check tools demo overhead clean
 
 help: ## List the targets with a one-line description each.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +67,9 @@ $(TOOLS)/benchstat:
 
 demo: build ## Compare four routing algorithms on a prefix-reuse workload on local mock engines (~45 s).
 	./$(BIN)/bench run --scenario bench/scenarios/demo.yaml --out out/demo
+
+overhead: build ## Latency the pylon and the gateway add vs a bare fasthttp proxy, each component in its own process (~1 min).
+	./$(BIN)/bench overhead
 
 clean: ## Remove bin/, out/ and test artefacts.
 	rm -rf $(BIN) out cover.out

@@ -34,6 +34,8 @@ type cli struct {
 	Run          runCmd           `cmd:"" help:"Launch a local fleet for a scenario once per algorithm, drive it and compare the algorithms."`
 	Drive        driveCmd         `cmd:"" help:"Drive an existing OpenAI-compatible endpoint with a scenario's requests."`
 	ListScenario listScenariosCmd `cmd:"" name:"list-scenarios" help:"List the bundled scenarios."`
+	Overhead     overheadCmd      `cmd:"" help:"Measure the latency the pylon and the gateway add, next to a bare fasthttp proxy, each in its own process."`
+	BareProxy    bareProxyCmd     `cmd:"" name:"bare-proxy" hidden:"" help:"Run a bare fasthttp reverse proxy (the overhead command's baseline)."`
 }
 
 // loadScenario reads a scenario file, or a bundled scenario by name when no such file

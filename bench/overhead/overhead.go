@@ -1,0 +1,127 @@
+// Package overhead measures, side by side and with every component in its own process,
+// the latency the pylon adds over calling the engine directly and the latency the gateway
+// adds over calling the pylon directly, each next to a bare fasthttp reverse proxy on the
+// same hop (DESIGN.md §7: both budgets are ≤ 1.25× the bare proxy's added latency, p50
+// and p99). The client sends serial non-streaming requests and rotates over the six paths
+// request by request, so drift and bursts of load on a noisy machine hit every path alike.
+package overhead
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Paths of one measurement, in rotation order.
+const (
+	Engine       = iota // client → engine
+	ProxyEngine         // client → bare proxy → engine
+	PylonEngine         // client → pylon → engine
+	Pylon               // client → pylon → engine (the gateway's baseline)
+	ProxyPylon          // client → bare proxy → pylon → engine
+	GatewayPylon        // client → gateway → pylon → engine
+	NumPaths
+)
+
+// PathNames label the paths in reports.
+var PathNames = [NumPaths]string{"engine", "proxy→engine", "pylon→engine", "pylon", "proxy→pylon", "gateway→pylon"}
+
+// Targets are the base addresses (host:port) of each path's first hop.
+type Targets [NumPaths]string
+
+// Result holds each path's sorted latencies.
+type Result struct {
+	Samples [NumPaths][]time.Duration
+}
+
+// Quantile returns path's latency at q (0..1).
+func (r *Result) Quantile(path int, q float64) time.Duration {
+	s := r.Samples[path]
+	if len(s) == 0 {
+		return 0
+	}
+	return s[int(q*float64(len(s)-1))]
+}
+
+// Added is the latency a hop adds at q: the path through it minus its baseline.
+func (r *Result) Added(path, baseline int, q float64) time.Duration {
+	return r.Quantile(path, q) - r.Quantile(baseline, q)
+}
+
+// Ratio is the added latency of a component over that of the bare proxy on the same hop.
+func (r *Result) Ratio(component, proxy, baseline int, q float64) float64 {
+	return float64(r.Added(component, baseline, q)) / float64(r.Added(proxy, baseline, q))
+}
+
+// Measure sends warmup+requests rounds; each round sends one request on every path, the
+// first path of the round rotating. body is a non-streaming chat completion; model names
+// the model (x-model) and input tokens are declared (x-input-tokens) so every hop accepts
+// the same request.
+func Measure(ctx context.Context, t Targets, model string, requests, warmup int) (*Result, error) {
+	clients := make([]*fasthttp.HostClient, NumPaths)
+	for i, a := range t {
+		clients[i] = &fasthttp.HostClient{Addr: a, MaxConns: 1, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.SetContentType("application/json")
+	req.Header.Set("x-model", model)
+	req.Header.Set("x-input-tokens", "8")
+	req.Header.Set("x-request-id", "overhead")
+	req.SetBodyString(`{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":1}`)
+	res := &Result{}
+	for p := range res.Samples {
+		res.Samples[p] = make([]time.Duration, 0, requests)
+	}
+	for k := range requests + warmup {
+		if k%1000 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		for j := range NumPaths {
+			p := (k + j) % NumPaths
+			req.SetHost(t[p])
+			start := time.Now()
+			err := clients[p].Do(req, resp)
+			d := time.Since(start)
+			if err != nil {
+				return nil, fmt.Errorf("%s (%s): %w", PathNames[p], t[p], err)
+			}
+			if resp.StatusCode() != fasthttp.StatusOK {
+				return nil, fmt.Errorf("%s (%s): status %d: %.200s", PathNames[p], t[p], resp.StatusCode(), resp.Body())
+			}
+			if k >= warmup {
+				res.Samples[p] = append(res.Samples[p], d)
+			}
+		}
+	}
+	for p := range res.Samples {
+		slices.Sort(res.Samples[p])
+	}
+	return res, nil
+}
+
+// BareProxy returns the bare fasthttp reverse proxy handler forwarding to upstream: one
+// HostClient.Do per request, nothing else (a non-streamed answer is read whole, the
+// cheapest way; the gateway and the pylon do the same for non-streaming requests).
+func BareProxy(upstream string) (fasthttp.RequestHandler, func()) {
+	hc := &fasthttp.HostClient{Addr: upstream, MaxConns: 1024}
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.Del("Connection")
+		if err := hc.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	}, hc.CloseIdleConnections
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/bench/fleet"
+	"github.com/switchyard/switchyard/bench/overhead"
+)
+
+const overheadModel = "dummy-model"
+
+// overheadCmd measures the pylon's and the gateway's added latency next to a bare proxy,
+// every component in its own process (DESIGN.md §7).
+type overheadCmd struct {
+	Requests     int           `default:"20000" help:"Measured requests per path (six paths)."`
+	Warmup       int           `default:"2000" help:"Unmeasured requests per path before measuring."`
+	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon, gateway and bench binaries."`
+	ReadyTimeout time.Duration `name:"ready-timeout" default:"20s" help:"How long the fleet may take to become routable."`
+	Logs         string        `placeholder:"DIR" help:"Keep the children's logs in DIR (default: a temporary directory, removed)."`
+}
+
+func (c *overheadCmd) Validate() error {
+	if c.Requests <= 0 || c.Warmup < 0 {
+		return errors.New("--requests must be > 0 and --warmup >= 0")
+	}
+	return nil
+}
+
+func (c *overheadCmd) Run() error {
+	ctx, stop := signalContext()
+	defer stop()
+	bins := fleet.BinariesIn(c.BinDir)
+	if err := bins.Check(); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logs := c.Logs
+	if logs == "" {
+		if logs, err = os.MkdirTemp("", "switchyard-overhead-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(logs)
+	} else if err := os.MkdirAll(logs, 0o750); err != nil {
+		return err
+	}
+	ports, err := fleet.FreePorts(ctx, 5)
+	if err != nil {
+		return err
+	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	engine, pylon, gateway, proxyEngine, proxyPylon := addr(0), addr(1), addr(2), addr(3), addr(4)
+	specs := []fleet.Spec{
+		{Name: "engine", Path: bins.Engine, Args: []string{"--http-listen-addr", engine, "--num-tokens", "1", "--token-delay-ms", "0", "--log-level", "warn"}},
+		{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--log-level", "warn"}},
+		{Name: "pylon", Path: bins.Pylon, Args: []string{
+			"--http-listen-addr", pylon, "--upstream-http-base-url", "http://" + engine, "--model-name", overheadModel,
+			"--gateway", "http://" + gateway, "--inference-server-id", "overhead", "--initial-input-tps", "100000",
+			"--engine-stats-stream", "off", "--log-level", "warn",
+		}},
+		{Name: "proxy-engine", Path: self, Args: []string{"bare-proxy", "--listen", proxyEngine, "--upstream", engine}},
+		{Name: "proxy-pylon", Path: self, Args: []string{"bare-proxy", "--listen", proxyPylon, "--upstream", pylon}},
+	}
+	var group fleet.Group
+	defer group.Stop(fleet.StopGrace)
+	for _, sp := range specs {
+		lf, err := os.Create(filepath.Join(logs, sp.Name+".log"))
+		if err != nil {
+			return err
+		}
+		p, err := fleet.Start(sp, lf)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", sp.Name, err)
+		}
+		group.Add(p)
+	}
+	if err := waitRoutable(ctx, gateway, c.ReadyTimeout); err != nil {
+		return fmt.Errorf("%w (logs in %s; use --logs DIR to keep them)", err, logs)
+	}
+	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), six paths in rotation…\n", c.Requests, c.Warmup)
+	res, err := overhead.Measure(ctx, overhead.Targets{engine, proxyEngine, pylon, pylon, proxyPylon, gateway}, overheadModel, c.Requests, c.Warmup)
+	if err != nil {
+		return err
+	}
+	if err := writeOverhead(os.Stdout, res); err != nil {
+		return err
+	}
+	// The gateway's own view of the same requests: its time before the upstream call and
+	// the upstream call itself, as means.
+	if status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/metrics", time.Second); err == nil && status == fasthttp.StatusOK {
+		mean := func(name string) string {
+			var sum, count float64
+			for _, line := range strings.Split(string(body), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], name) {
+					v, _ := strconv.ParseFloat(f[1], 64)
+					switch {
+					case strings.HasPrefix(f[0], name+"_sum"):
+						sum += v
+					case strings.HasPrefix(f[0], name+"_count"):
+						count += v
+					}
+				}
+			}
+			if count == 0 {
+				return "n/a"
+			}
+			return strconv.FormatFloat(sum/count*1e6, 'f', 1, 64) + " µs"
+		}
+		fmt.Printf("\ngateway's own view (means): routing before the upstream call %s, upstream call %s\n",
+			mean("switchyard_gateway_overhead_seconds"), mean("switchyard_proxy_duration_seconds"))
+	}
+	return nil
+}
+
+// waitRoutable polls the gateway's /debug/state until a backend is routable.
+func waitRoutable(ctx context.Context, gateway string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/debug/state", time.Second)
+		if err == nil && status == fasthttp.StatusOK && strings.Contains(string(body), `"routable": true`) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway saw no routable backend within %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func writeOverhead(w io.Writer, r *overhead.Result) error {
+	us := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 1, 64)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "path\tp50 µs\tp90 µs\tp99 µs")
+	for p, name := range overhead.PathNames {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, us(r.Quantile(p, 0.5)), us(r.Quantile(p, 0.9)), us(r.Quantile(p, 0.99)))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "hop\tadded p50 µs\tadded p99 µs\tvs bare proxy p50\tvs bare proxy p99\t(budget ≤ 1.25)")
+	row := func(name string, comp, proxy, base int) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f×\t%.2f×\t\n", name, us(r.Added(comp, base, 0.5)), us(r.Added(comp, base, 0.99)),
+			r.Ratio(comp, proxy, base, 0.5), r.Ratio(comp, proxy, base, 0.99))
+	}
+	fmt.Fprintf(tw, "bare proxy → engine\t%s\t%s\t\t\t\n", us(r.Added(overhead.ProxyEngine, overhead.Engine, 0.5)), us(r.Added(overhead.ProxyEngine, overhead.Engine, 0.99)))
+	row("pylon → engine", overhead.PylonEngine, overhead.ProxyEngine, overhead.Engine)
+	fmt.Fprintf(tw, "bare proxy → pylon\t%s\t%s\t\t\t\n", us(r.Added(overhead.ProxyPylon, overhead.Pylon, 0.5)), us(r.Added(overhead.ProxyPylon, overhead.Pylon, 0.99)))
+	row("gateway → pylon", overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon)
+	return tw.Flush()
+}
+
+// bareProxyCmd is the bare fasthttp reverse proxy the overhead command measures against.
+type bareProxyCmd struct {
+	Listen   string `required:"" help:"Listen address (host:port)."`
+	Upstream string `required:"" help:"Upstream address (host:port)."`
+}
+
+func (c *bareProxyCmd) Run() error {
+	ctx, stop := signalContext()
+	defer stop()
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return err
+	}
+	h, closeIdle := overhead.BareProxy(c.Upstream)
+	defer closeIdle()
+	s := &fasthttp.Server{Handler: h, NoDefaultServerHeader: true}
+	go func() {
+		<-ctx.Done()
+		_ = s.Shutdown()
+	}()
+	return s.Serve(ln)
+}
