@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -18,13 +19,14 @@ const sweepInterval = time.Second
 
 type phaseCount struct{ requests, tokens uint64 }
 
-// genSnapshot is the immutable view of a generation's aggregate that the data path
-// (x-pylon-load), the registrars (only when they send) and the metrics (only when scraped)
-// read without messages. The actor builds it lazily: a change only marks the generation
-// dirty; the snapshot is rebuilt, at most once per batch of changes, when a reader needs
-// it (see generation.snapshot and the acknowledged request messages). Building it is one
-// allocation: the queue estimates live in pq unless more than len(pq) priorities have
-// queued work.
+// genSnapshot is the view of a generation's aggregate that the data path (x-pylon-load),
+// the registrars (only when they send) and the metrics (only when scraped) read without
+// messages. The actor builds it lazily: a change only marks the generation dirty; the
+// snapshot is rebuilt in place, at most once per batch of changes, when a reader needs it
+// (see generation.snapshot and the acknowledged request messages), under a lock that
+// readers take only to copy it out. Nothing is allocated: the queue estimates live in pq
+// unless more than len(pq) priorities have queued work (then in a slice of their own,
+// never written again).
 type genSnapshot struct {
 	load   load.Load
 	phases [3]phaseCount
@@ -36,9 +38,13 @@ type generation struct {
 	model string
 	gen   uint64
 	pid   *actor.PID
-	snap  atomic.Pointer[genSnapshot]
-	// dirty is set by the actor when its aggregate changed after snap was built and
-	// cleared once snap is rebuilt (after the store, so !dirty implies snap is current).
+	// mu guards cur and have: the actor rebuilds cur in place, readers copy it out.
+	mu     sync.RWMutex
+	cur    genSnapshot
+	have   bool
+	builds uint64 // snapshots built (tests)
+	// dirty is set by the actor when its aggregate changed after cur was built and
+	// cleared once cur is rebuilt (after the rebuild, so !dirty implies cur is current).
 	dirty atomic.Bool
 	// done is closed when the actor has stopped: callers waiting for a reply give up.
 	done    chan struct{}
@@ -58,6 +64,31 @@ func (rp *replyPool) get() chan reply { return rp.p.Get().(chan reply) }
 // put recycles ch; only a channel whose reply was received may be put back.
 func (rp *replyPool) put(ch chan reply) { rp.p.Put(ch) }
 
+// callMsgs are one request's acknowledged messages to its generation actor, recycled once
+// the request is done: the actor keeps nothing of a message it has answered. A message
+// whose call gave up (the actor stopped first) may still sit in the mailbox, so its set is
+// never recycled.
+type callMsgs struct {
+	admitted requestAdmitted
+	started  responseStarted
+	done     completed
+	lost     bool
+}
+
+var callMsgsPool = sync.Pool{New: func() any { return new(callMsgs) }}
+
+func acquireCallMsgs() *callMsgs {
+	return callMsgsPool.Get().(*callMsgs) //nolint:forcetypeassert // the pool holds only *callMsgs
+}
+
+func releaseCallMsgs(m *callMsgs) {
+	if m.lost {
+		return
+	}
+	*m = callMsgs{}
+	callMsgsPool.Put(m)
+}
+
 // call sends m, which carries ch, to the actor and waits for the answer; ok is false when
 // the actor stopped first. With the synchronized dispatcher an idle actor has already
 // answered when Send returns, so this costs no goroutine switch.
@@ -71,15 +102,55 @@ func (g *generation) call(sender actor.SenderContext, m any, ch chan reply) (r r
 	}
 }
 
-// snapshot is the current snapshot, first asking the actor to rebuild it when it is dirty.
+// snapshot returns a copy of the current snapshot (nil before the first one), first
+// asking the actor to rebuild it when it is dirty. For occasional readers (registrars,
+// metrics, calibration); the data path formats x-pylon-load under the lock instead
+// (appendLoadReport).
 func (g *generation) snapshot(sender actor.SenderContext) *genSnapshot {
+	g.flushIfDirty(sender)
+	s := new(genSnapshot)
+	if ok, _ := g.published(s); !ok {
+		return nil
+	}
+	return s
+}
+
+// appendLoadReport appends the x-pylon-load value of the current snapshot (rebuilt first
+// when dirty) to b, formatted under the read lock so the data path copies nothing.
+func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq uint64) ([]byte, bool) {
+	g.flushIfDirty(sender)
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if !g.have {
+		return b, false
+	}
+	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load, DispatchSeq: seq}
+	return control.AppendLoadReport(b, &r), true
+}
+
+// flushIfDirty asks the actor to rebuild the snapshot when it is dirty.
+func (g *generation) flushIfDirty(sender actor.SenderContext) {
 	if g.dirty.Load() {
 		ch := g.replies.get()
 		if _, ok := g.call(sender, &flush{reply: ch}, ch); ok {
 			g.replies.put(ch)
 		}
 	}
-	return g.snap.Load()
+}
+
+// published copies the snapshot as last built into dst, without asking for a rebuild; it
+// also returns how many snapshots were built so far.
+func (g *generation) published(dst *genSnapshot) (ok bool, builds uint64) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if !g.have {
+		return false, g.builds
+	}
+	*dst = g.cur
+	if q := g.cur.load.QueueEstimates; q != nil && len(q) <= len(g.cur.pq) && (len(q) == 0 || &q[0] == &g.cur.pq[0]) {
+		dst.load.QueueEstimates = dst.pq[:len(q)] // not the actor's array, which it reuses
+	}
+	return true, g.builds
 }
 
 // modelEntry is one model id ever seen: its metrics and current generation (nil while
@@ -219,16 +290,21 @@ func genProps(a *genActor) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
 
-// publish rebuilds the snapshot from the aggregate.
+// publish rebuilds the snapshot from the aggregate, in place.
 func (a *genActor) publish(now time.Time) {
-	s := &genSnapshot{}
+	g := a.g
+	g.mu.Lock()
+	s := &g.cur
+	*s = genSnapshot{}
 	a.agg.LoadInto(&s.load, now, s.pq[:0])
 	for i, ph := range stats.Phases {
 		s.phases[i].requests, s.phases[i].tokens = a.agg.PhaseCounts(ph)
 	}
-	a.g.snap.Store(s)
+	g.have = true
+	g.builds++
+	g.mu.Unlock()
 	a.dirty = false
-	a.g.dirty.Store(false)
+	g.dirty.Store(false)
 }
 
 // Messages of the generation actor (immutable once sent). Those with a reply channel are

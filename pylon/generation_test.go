@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -58,27 +59,34 @@ func TestGenerationSnapshotIsLazyAndIncludesTheCaller(t *testing.T) {
 			t.Fatalf("admission: %+v", got)
 		}
 		// Admitted: the aggregate changed, the snapshot is not rebuilt until someone reads it.
-		if !r.g.dirty.Load() || r.g.snap.Load().load.RunningRequests != 0 || r.changes != 1 {
-			t.Fatalf("after admission: dirty %v, published running %d, changes %d", r.g.dirty.Load(), r.g.snap.Load().load.RunningRequests, r.changes)
+		published := func() genSnapshot {
+			var s genSnapshot
+			r.g.published(&s)
+			return s
+		}
+		if !r.g.dirty.Load() || published().load.RunningRequests != 0 || r.changes != 1 {
+			t.Fatalf("after admission: dirty %v, published running %d, changes %d", r.g.dirty.Load(), published().load.RunningRequests, r.changes)
 		}
 		if s := r.g.snapshot(root); s.load.RunningRequests != 1 || s.load.QueuedInputTokens != 100 || r.g.dirty.Load() {
 			t.Fatalf("snapshot on demand: %+v dirty %v", s.load, r.g.dirty.Load())
 		}
-		before := r.g.snap.Load()
-		if r.g.snapshot(root) != before {
+		var scratch genSnapshot
+		_, before := r.g.published(&scratch)
+		r.g.snapshot(root)
+		if _, after := r.g.published(&scratch); after != before {
 			t.Error("a clean snapshot was rebuilt")
 		}
 		// Headers: acknowledged after the snapshot shows the request in input processing.
 		call(&responseStarted{id: "a", reply: ch}, ch)
-		if s := r.g.snap.Load(); s.phases[stats.InputProcessing].requests != 1 || r.g.dirty.Load() {
+		if s := published(); s.phases[stats.InputProcessing].requests != 1 || r.g.dirty.Load() {
 			t.Errorf("after headers: phases %+v dirty %v", s.phases, r.g.dirty.Load())
 		}
 		// Streaming milestones without a reader only mark the snapshot dirty.
 		root.Send(r.g.pid, &firstOutput{id: "a", at: time.Now()})
 		root.Send(r.g.pid, &finished{id: "a", at: time.Now().Add(time.Second), outputTokens: 3, decode: time.Second})
 		synctest.Wait()
-		if !r.g.dirty.Load() || r.g.snap.Load().load.RunningRequests != 1 {
-			t.Errorf("after finish: dirty %v, published running %d", r.g.dirty.Load(), r.g.snap.Load().load.RunningRequests)
+		if !r.g.dirty.Load() || published().load.RunningRequests != 1 {
+			t.Errorf("after finish: dirty %v, published running %d", r.g.dirty.Load(), published().load.RunningRequests)
 		}
 		if s := r.g.snapshot(root); s.load.RunningRequests != 0 {
 			t.Errorf("snapshot after finish: %+v", s.load)
@@ -86,7 +94,7 @@ func TestGenerationSnapshotIsLazyAndIncludesTheCaller(t *testing.T) {
 		// A buffered response: one acknowledged message, the snapshot shows it finished.
 		call(&requestAdmitted{id: "b", inputTokens: 10, reply: ch}, ch)
 		call(&completed{id: "b", at: time.Now(), outputTokens: 1, output: true, reply: ch}, ch)
-		if s := r.g.snap.Load(); s.load.RunningRequests != 0 || r.g.dirty.Load() {
+		if s := published(); s.load.RunningRequests != 0 || r.g.dirty.Load() {
 			t.Errorf("after completed: %+v dirty %v", s.load, r.g.dirty.Load())
 		}
 	})
@@ -124,4 +132,25 @@ func TestGenerationPanicAnswersTheCaller(t *testing.T) {
 		}
 		r.a.agg = stats.NewAggregate("m", 1, stats.Options{})
 	})
+}
+
+// A copied snapshot owns its queue estimates: the actor rebuilds its own in place.
+func TestSnapshotCopyDoesNotAliasTheActorsEstimates(t *testing.T) {
+	g := &generation{}
+	g.cur.pq[0], g.cur.pq[1] = load.PriorityEstimate{Priority: 0, QueueMs: 5}, load.PriorityEstimate{Priority: 4, QueueMs: 9}
+	g.cur.load.QueueEstimates = g.cur.pq[:2]
+	g.have = true
+	var dst genSnapshot
+	if ok, _ := g.published(&dst); !ok {
+		t.Fatal("no snapshot")
+	}
+	g.cur.pq[0].QueueMs = 500 // the next rebuild
+	if got := dst.load.QueueEstimates; len(got) != 2 || got[0].QueueMs != 5 || got[1].QueueMs != 9 {
+		t.Errorf("copy changed with the actor's rebuild: %+v", got)
+	}
+	g.cur.load.QueueEstimates = g.cur.pq[:0] // explicit empty map stays explicit
+	g.published(&dst)
+	if dst.load.QueueEstimates == nil || len(dst.load.QueueEstimates) != 0 {
+		t.Errorf("explicit empty map copied as %#v", dst.load.QueueEstimates)
+	}
 }

@@ -105,10 +105,15 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	}
 	id := string(rid)
 
+	msgs := acquireCallMsgs()
+	defer releaseCallMsgs(msgs)
 	ch := g.replies.get()
-	r, ok := g.call(p.sys.Root, &requestAdmitted{id: id, priority: priority, inputTokens: inputTokens, expectedMs: expected, hasExpected: hasExpected, reply: ch}, ch)
+	msgs.admitted = requestAdmitted{id: id, priority: priority, inputTokens: inputTokens, expectedMs: expected, hasExpected: hasExpected, reply: ch}
+	r, ok := g.call(p.sys.Root, &msgs.admitted, ch)
 	if ok {
 		g.replies.put(ch)
+	} else {
+		msgs.lost = true
 	}
 	if r.unavailable {
 		generationUnavailable(g.model).write(ctx)
@@ -140,11 +145,11 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		h.Set(control.HeaderDynamoStrict, "0")
 	}
 	if !stream {
-		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()} // stays on the stack
+		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs} // stays on the stack
 		p.relayBuffered(ctx, &obs, gatewayID)
 		return
 	}
-	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now()}
+	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs}
 	up := fasthttp.AcquireResponse()
 	up.StreamBody = true
 	if err := p.client.Do(&ctx.Request, up); err != nil {
@@ -249,13 +254,10 @@ func (p *Pylon) retryableStatus(s int) bool {
 
 // addLoad sets x-pylon-load for the request's model from the generation's snapshot.
 func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gatewayID string) {
-	s := g.snapshot(p.sys.Root)
-	if s == nil {
-		return
-	}
-	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: s.load, DispatchSeq: p.seqOf(gatewayID)}
 	var buf [256]byte
-	ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, control.AppendLoadReport(buf[:0], &r))
+	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], p.seqOf(gatewayID)); ok {
+		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, v)
+	}
 }
 
 // requestObserver reports one request's milestones to its generation actor and metrics.
@@ -267,6 +269,9 @@ type requestObserver struct {
 	start   time.Time
 	firstAt time.Time
 	status  int
+	// msgs holds the acknowledged messages; valid only while the handler runs (headers
+	// and complete), not in the relayed stream's FirstOutput and Finished.
+	msgs *callMsgs
 }
 
 // headers reports a streamed response's headers; on return the snapshot includes them.
@@ -274,8 +279,12 @@ func (o *requestObserver) headers(status int) {
 	o.status = status
 	o.mm.headers.Update(o.p.now().Sub(o.start).Seconds())
 	ch := o.g.replies.get()
-	if _, ok := o.g.call(o.p.sys.Root, &responseStarted{id: o.id, reply: ch}, ch); ok {
+	m := &o.msgs.started
+	*m = responseStarted{id: o.id, reply: ch}
+	if _, ok := o.g.call(o.p.sys.Root, m, ch); ok {
 		o.g.replies.put(ch)
+	} else {
+		o.msgs.lost = true
 	}
 }
 
@@ -324,8 +333,12 @@ func (o *requestObserver) complete(body []byte) {
 	}
 	out := o.account(now, &s.Usage)
 	ch := o.g.replies.get()
-	if _, ok := o.g.call(o.p.sys.Root, &completed{id: o.id, at: now, outputTokens: out, output: output, reply: ch}, ch); ok {
+	m := &o.msgs.done
+	*m = completed{id: o.id, at: now, outputTokens: out, output: output, reply: ch}
+	if _, ok := o.g.call(o.p.sys.Root, m, ch); ok {
 		o.g.replies.put(ch)
+	} else {
+		o.msgs.lost = true
 	}
 	o.p.inflight.Add(-1)
 }
