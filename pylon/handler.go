@@ -13,6 +13,8 @@ import (
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
+var zero = []byte("0")
+
 // serve is the data-path handler.
 func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 	defer func() {
@@ -53,23 +55,25 @@ func (p *Pylon) health(ctx *fasthttp.RequestCtx) {
 
 func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
-	rid := h.Peek(control.HeaderRequestID)
+	var dh dataHeaders
+	dh.collect(h)
+	rid := dh.requestID
 	if len(rid) == 0 {
 		badHeader(control.HeaderRequestID, "is required").write(ctx)
 		return
 	}
-	modelName := h.Peek(control.HeaderModel)
+	modelName := dh.model
 	if len(modelName) == 0 {
 		badHeader(control.HeaderModel, "is required").write(ctx)
 		return
 	}
-	inputTokens, err := strconv.ParseUint(string(bytes.TrimSpace(h.Peek(control.HeaderInputTokens))), 10, 64)
+	inputTokens, err := strconv.ParseUint(string(bytes.TrimSpace(dh.inputTokens)), 10, 64)
 	if err != nil {
 		badHeader(control.HeaderInputTokens, "is required and must be an unsigned integer").write(ctx)
 		return
 	}
 	var priority uint32
-	if v := bytes.TrimSpace(h.Peek(control.HeaderPriority)); len(v) > 0 {
+	if v := bytes.TrimSpace(dh.priority); len(v) > 0 {
 		pr, err := strconv.ParseUint(string(v), 10, 32)
 		if err != nil {
 			badHeader(control.HeaderPriority, "must be an unsigned 32-bit integer").write(ctx)
@@ -95,12 +99,12 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		expected    uint64
 		hasExpected bool
 	)
-	if ev := bytes.TrimSpace(h.Peek(control.HeaderExpectedQueueMs)); len(ev) > 0 {
+	if ev := bytes.TrimSpace(dh.expected); len(ev) > 0 {
 		v, err := strconv.ParseUint(string(ev), 10, 64)
 		expected, hasExpected = v, err == nil
 	}
 	gatewayID, seq, seqErr := "", uint64(0), error(nil)
-	if v := h.Peek(control.HeaderDispatchSeq); len(v) > 0 {
+	if v := dh.seq; len(v) > 0 {
 		gatewayID, seq, seqErr = control.ParseDispatchSeq(string(v))
 	}
 	id := string(rid)
@@ -135,14 +139,18 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
 
-	p.toUpstream(ctx, toEngine)
+	hasPriority := len(dh.priority) > 0
+	toEngine.deleteMask(h, dh.strip)
+	ctx.Request.SetHost(p.upstreamHost)
+	ctx.Request.URI().SetScheme("http")
 	if p.cfg.UpstreamBackend == BackendDynamo {
 		var ep uint32
-		if hasPriority := len(h.Peek(control.HeaderPriority)) > 0; hasPriority && priority < p.cfg.PriorityCeiling {
+		if hasPriority && priority < p.cfg.PriorityCeiling {
 			ep = p.cfg.PriorityCeiling - priority
 		}
-		h.Set(control.HeaderDynamoPriority, strconv.FormatUint(uint64(ep), 10))
-		h.Set(control.HeaderDynamoStrict, "0")
+		var num [10]byte
+		h.SetCanonical(hdrDynamoPriority, strconv.AppendUint(num[:0], uint64(ep), 10))
+		h.SetCanonical(hdrDynamoStrict, zero)
 	}
 	if !stream {
 		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs} // stays on the stack

@@ -69,3 +69,74 @@ var (
 func fromEngineSet(upstreamRetryHeader string) headerSet {
 	return append(headerSet{upstreamRetryHeader, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs}, hopByHop...)
 }
+
+// Indexes of toEngine's routing names.
+const (
+	toEngineExpected = 0
+	toEngineSeq      = 1
+)
+
+// Canonical names of the engine priority headers the dynamo backend sets on every request.
+var (
+	hdrDynamoPriority = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderDynamoPriority)
+	hdrDynamoStrict   = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderDynamoStrict)
+)
+
+// dataHeaders are the request headers the data path reads, found in one pass over the
+// header (fasthttp's Peek normalizes the name and scans every header, once per name),
+// together with the toEngine names to delete. The values alias the header: read them
+// before the header is modified.
+type dataHeaders struct {
+	requestID, model, inputTokens, priority []byte
+	expected, seq                           []byte
+	hasRequestID, hasModel, hasPriority     bool
+	strip                                   uint64 // toEngine names present
+}
+
+func (d *dataHeaders) collect(h *fasthttp.RequestHeader) {
+	for k, v := range h.All() {
+		if i := toEngine.find(k); i >= 0 {
+			if d.strip&(1<<i) == 0 {
+				switch i {
+				case toEngineExpected:
+					d.expected = v
+				case toEngineSeq:
+					d.seq = v
+				}
+			}
+			d.strip |= 1 << i
+			continue
+		}
+		switch {
+		case !d.hasRequestID && equalFold(k, control.HeaderRequestID):
+			d.requestID, d.hasRequestID = v, true
+		case !d.hasModel && equalFold(k, control.HeaderModel):
+			d.model, d.hasModel = v, true
+		case d.inputTokens == nil && equalFold(k, control.HeaderInputTokens):
+			d.inputTokens = nonNil(v)
+		case !d.hasPriority && equalFold(k, control.HeaderPriority):
+			d.priority, d.hasPriority = v, true
+		}
+	}
+}
+
+func equalFold(k []byte, name string) bool {
+	return len(k) == len(name) && bytes.EqualFold(k, []byte(name))
+}
+
+// nonNil keeps a present but empty value distinguishable from an absent one.
+func nonNil(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
+}
+
+// deleteMask deletes the names of s whose bits are set in m.
+func (s headerSet) deleteMask(h *fasthttp.RequestHeader, m uint64) {
+	for i := 0; m != 0; m, i = m>>1, i+1 {
+		if m&1 != 0 {
+			h.Del(s[i])
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package pylon
+
+import (
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// One pass finds every data-path header (any case, the first of repeated ones), tells a
+// present empty value from an absent one, and marks exactly the toEngine names present.
+func TestDataHeadersOnePass(t *testing.T) {
+	var h fasthttp.RequestHeader
+	h.Set("X-REQUEST-ID", "r1")
+	h.Add("x-request-id", "r2")
+	h.Set("x-model", "m")
+	h.Set("X-Input-Tokens", "")
+	h.Set("x-priority", "4")
+	h.Set(control.HeaderDispatchSeq, "gw/7")
+	h.Set("Connection", "keep-alive")
+	h.Set("Content-Type", "application/json")
+	var d dataHeaders
+	d.collect(&h)
+	if string(d.requestID) != "r1" || string(d.model) != "m" || string(d.priority) != "4" || string(d.seq) != "gw/7" {
+		t.Errorf("values: id %q model %q priority %q seq %q", d.requestID, d.model, d.priority, d.seq)
+	}
+	if d.inputTokens == nil || len(d.inputTokens) != 0 {
+		t.Errorf("present empty x-input-tokens read as %#v", d.inputTokens)
+	}
+	if d.expected != nil {
+		t.Errorf("absent expected queue read as %q", d.expected)
+	}
+	want := uint64(1)<<toEngineSeq | uint64(1)<<toEngine.find([]byte("Connection"))
+	if d.strip != want {
+		t.Errorf("strip mask %b, want %b", d.strip, want)
+	}
+	toEngine.deleteMask(&h, d.strip)
+	if h.Peek(control.HeaderDispatchSeq) != nil || h.Peek("Connection") != nil || h.Peek("x-priority") == nil {
+		t.Errorf("after strip: %s", h.Header())
+	}
+}
