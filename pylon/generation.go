@@ -42,7 +42,10 @@ type generation struct {
 	mu     sync.RWMutex
 	cur    genSnapshot
 	have   bool
-	builds uint64 // snapshots built (tests)
+	builds uint64 // snapshots built
+	// delivered maps a gateway id to the build it last received in an x-pylon-load.
+	deliveredMu sync.Mutex
+	delivered   map[string]uint64
 	// dirty is set by the actor when its aggregate changed after cur was built and
 	// cleared once cur is rebuilt (after the rebuild, so !dirty implies cur is current).
 	dirty atomic.Bool
@@ -117,15 +120,43 @@ func (g *generation) snapshot(sender actor.SenderContext) *genSnapshot {
 
 // appendLoadReport appends the x-pylon-load value of the current snapshot (rebuilt first
 // when dirty) to b, formatted under the read lock so the data path copies nothing.
-func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq uint64) ([]byte, bool) {
+// It notes the build as delivered to gatewayID ("" for a caller that is not a gateway).
+func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq uint64, gatewayID string) ([]byte, bool) {
 	g.flushIfDirty(sender)
 	g.mu.RLock()
-	defer g.mu.RUnlock()
 	if !g.have {
+		g.mu.RUnlock()
 		return b, false
 	}
 	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load, DispatchSeq: seq}
-	return control.AppendLoadReport(b, &r), true
+	b = control.AppendLoadReport(b, &r)
+	build := g.builds
+	g.mu.RUnlock()
+	if gatewayID != "" {
+		g.deliveredMu.Lock()
+		if g.delivered == nil {
+			g.delivered = map[string]uint64{}
+		}
+		if build > g.delivered[gatewayID] {
+			g.delivered[gatewayID] = build
+		}
+		g.deliveredMu.Unlock()
+	}
+	return b, true
+}
+
+// deliveredTo reports whether gatewayID received the current snapshot in a response (and
+// nothing changed since).
+func (g *generation) deliveredTo(gatewayID string) bool {
+	if g.dirty.Load() {
+		return false
+	}
+	g.mu.RLock()
+	build := g.builds
+	g.mu.RUnlock()
+	g.deliveredMu.Lock()
+	defer g.deliveredMu.Unlock()
+	return g.delivered[gatewayID] == build
 }
 
 // flushIfDirty asks the actor to rebuild the snapshot when it is dirty.

@@ -154,3 +154,27 @@ func TestSnapshotCopyDoesNotAliasTheActorsEstimates(t *testing.T) {
 		t.Errorf("explicit empty map copied as %#v", dst.load.QueueEstimates)
 	}
 }
+
+// A gateway holds a generation's state once an x-pylon-load of the current build reached
+// it and nothing changed since; other gateways do not.
+func TestDeliveredTo(t *testing.T) {
+	g := &generation{model: "m", gen: 1, have: true, builds: 3}
+	if g.deliveredTo("g1") {
+		t.Fatal("delivered before any response")
+	}
+	if _, ok := g.appendLoadReport(nil, nil, 7, "g1"); !ok {
+		t.Fatal("no report")
+	}
+	if !g.deliveredTo("g1") || g.deliveredTo("g2") {
+		t.Errorf("after a response to g1: g1 %v, g2 %v", g.deliveredTo("g1"), g.deliveredTo("g2"))
+	}
+	g.dirty.Store(true) // a change not yet built
+	if g.deliveredTo("g1") {
+		t.Error("a pending change counted as delivered")
+	}
+	g.dirty.Store(false)
+	g.builds++ // rebuilt after a change
+	if g.deliveredTo("g1") {
+		t.Error("a newer build counted as delivered")
+	}
+}

@@ -66,6 +66,11 @@ type Pylon struct {
 
 	seqMu sync.Mutex
 	seqs  map[string]uint64
+	// structure counts changes a load report cannot carry (models added or retired,
+	// draining); sentStructure is its value in the last registration built per gateway.
+	structure     atomic.Uint64
+	sentMu        sync.Mutex
+	sentStructure map[string]uint64
 
 	// registrars is set once by Run (after calibration); before that publish is a no-op.
 	registrars atomic.Pointer[[]registrarRef]
@@ -91,7 +96,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p := &Pylon{
 		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
 		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host,
-		seqs: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
+		seqs: map[string]uint64{}, sentStructure: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
 		replies: newReplyPool(),
 	}
 	empty := map[string]*modelEntry{}
@@ -210,6 +215,7 @@ func (p *Pylon) setModels(names []string) {
 	}
 	p.models.Store(&next)
 	if changed {
+		p.structure.Add(1)
 		p.publish()
 	}
 }
@@ -238,8 +244,31 @@ func (p *Pylon) publish() {
 	}
 }
 
+// delivered reports whether the gateway with id gatewayID already holds the current state:
+// no model was added, retired or drained since its last registration, and every model's
+// current snapshot reached it in an x-pylon-load (register.Deps.Delivered).
+func (p *Pylon) delivered(gatewayID string) bool {
+	p.sentMu.Lock()
+	sent, ok := p.sentStructure[gatewayID]
+	p.sentMu.Unlock()
+	if !ok || sent != p.structure.Load() {
+		return false
+	}
+	for _, e := range *p.models.Load() {
+		if g := e.cur.Load(); g != nil && !g.deliveredTo(gatewayID) {
+			return false
+		}
+	}
+	return true
+}
+
 // snapshot is the registration for the gateway with id gatewayID.
 func (p *Pylon) snapshot(gatewayID string) control.Registration {
+	if gatewayID != "" {
+		p.sentMu.Lock()
+		p.sentStructure[gatewayID] = p.structure.Load()
+		p.sentMu.Unlock()
+	}
 	status := control.StatusActive
 	if p.draining.Load() {
 		status = control.StatusInactive
@@ -405,7 +434,7 @@ func (p *Pylon) startRegistrars() {
 		pid := p.sys.Root.Spawn(register.Props(
 			register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
 			register.Deps{
-				Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify,
+				Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify, Delivered: p.delivered,
 				OnConnected: func(ok bool) {
 					if ok {
 						connected.Set(1)
@@ -444,6 +473,7 @@ var errHandlersAbandoned = errors.New("pylon shutdown: handlers still running af
 // serveErr is Serve's result channel (nil when Serve has already returned).
 func (p *Pylon) stopServing(serveErr <-chan error) error {
 	p.draining.Store(true)
+	p.structure.Add(1)
 	p.publish() // models INACTIVE
 	deadline := time.Now().Add(p.cfg.DrainTimeout)
 	for p.inflight.Load() > 0 && time.Now().Before(deadline) {

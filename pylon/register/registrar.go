@@ -87,6 +87,11 @@ type Deps struct {
 	// Notifier, when set, is the one producers call; the registrar re-opens it each time
 	// it takes a snapshot.
 	Notifier *Notifier
+	// Delivered, when set, reports whether the gateway with the given id already holds the
+	// current state through the x-pylon-load headers of its own responses: a change-driven
+	// send is then skipped (the heartbeat still goes out on time). Under request load this
+	// spares most change-driven sends to the gateway that routes the traffic.
+	Delivered func(gatewayID string) bool
 }
 
 // Registrar is the actor. Create it with New and spawn it with Props.
@@ -103,6 +108,7 @@ type Registrar struct {
 	nextAt    time.Time
 	backoff   time.Duration
 	sends     uint64
+	skipped   uint64 // change-driven sends skipped: the gateway had the state already
 }
 
 // Props returns the props of a registrar for cfg. It stays on protoactor's default
@@ -210,6 +216,13 @@ func (r *Registrar) step(c actor.Context) {
 func (r *Registrar) send(c actor.Context, now time.Time) {
 	if r.deps.Notifier != nil {
 		r.deps.Notifier.pending.Store(false) // a change from now on notifies again
+	}
+	if heartbeat := !now.Before(r.lastSent.Add(r.cfg.Heartbeat)); !heartbeat && !r.failing && r.gatewayID != "" &&
+		r.deps.Delivered != nil && r.deps.Delivered(r.gatewayID) {
+		r.dirty = false
+		r.skipped++
+		r.alarm.Arm(now, r.lastSent.Add(r.cfg.Heartbeat))
+		return
 	}
 	reg := r.deps.Snapshot(r.gatewayID)
 	reg.HeartbeatMs = uint64(max(r.cfg.Heartbeat.Milliseconds(), 0))

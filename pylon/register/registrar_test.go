@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -42,6 +43,7 @@ type rig struct {
 	calls     []call
 	snapshots []string // gateway ids passed to Snapshot
 	answer    func(n int) (int, []byte, error)
+	delivered atomic.Bool // what Deps.Delivered answers
 }
 
 func ack(gatewayID string) []byte {
@@ -75,8 +77,9 @@ func newRig(t *testing.T, cfg register.Config, jitter func(time.Duration) time.D
 			r.mu.Unlock()
 			return r.answer(n)
 		},
-		Jitter:   jitter,
-		Notifier: r.notify,
+		Jitter:    jitter,
+		Notifier:  r.notify,
+		Delivered: func(string) bool { return r.delivered.Load() },
 	}
 	r.pid = r.sys.Root.Spawn(register.Props(cfg, deps))
 	return r
@@ -251,6 +254,28 @@ func TestRegistrarRecoversAndResetsBackoff(t *testing.T) {
 		time.Sleep(2500 * time.Millisecond) // fails at 18; the backoff starts again at 1 s: 19
 		r.stop()
 		if diff := cmp.Diff(ms(0, 1000, 3000, 7000, 15000, 16000, 17000, 18000, 19000), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// A change the gateway already holds (delivered in x-pylon-load headers) is not sent; the
+// heartbeat still goes out on time, and an undelivered change is sent as usual.
+func TestRegistrarSkipsChangesTheGatewayHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond}
+		r := newRig(t, cfg, noJitter, func(int) (int, []byte, error) { return 200, ack("gw-1"), nil })
+		time.Sleep(500 * time.Millisecond) // start-up PUT at 0, then 10 with the learnt id
+		r.delivered.Store(true)
+		r.notify.Notify(r.sys.Root, r.pid) // skipped
+		time.Sleep(200 * time.Millisecond)
+		r.notify.Notify(r.sys.Root, r.pid) // skipped: the Notifier re-opened
+		time.Sleep(1000 * time.Millisecond)
+		r.delivered.Store(false)
+		r.notify.Notify(r.sys.Root, r.pid) // at 1700: sent
+		time.Sleep(100 * time.Millisecond)
+		r.stop()
+		if diff := cmp.Diff(ms(0, 10, 1010, 1700), r.times()); diff != "" {
 			t.Errorf("send times (-want +got):\n%s", diff)
 		}
 	})
