@@ -67,43 +67,10 @@ func BenchmarkAddedLatency(b *testing.B) {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(body)
 	})
-	upClient := &fasthttp.HostClient{Addr: upstream}
-	proxy := serve(b, func(ctx *fasthttp.RequestCtx) {
-		ctx.Request.Header.Del("Connection")
-		if err := upClient.Do(&ctx.Request, &ctx.Response); err != nil {
-			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
-		}
-	})
-	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	gln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gdone := make(chan struct{})
-	go func() {
-		defer close(gdone)
-		_ = g.Serve(gln)
-	}()
-	b.Cleanup(func() {
-		g.Shutdown()
-		<-gdone
-		upClient.CloseIdleConnections()
-	})
-	gw := gln.Addr().String()
+	proxy, gw := benchFleet(b, upstream, false)
 	ctl := &fasthttp.HostClient{Addr: gw}
 	defer ctl.CloseIdleConnections()
-	reg := `{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	req.Header.SetMethod("PUT")
-	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
-	req.SetBodyString(reg)
-	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-		b.Fatalf("register: %v %d", err, resp.StatusCode())
-	}
-	time.Sleep(50 * time.Millisecond) // first RTT probe
 
 	paths := []string{upstream, proxy, gw}
 	clients := make([]*fasthttp.HostClient, len(paths))
@@ -175,4 +142,67 @@ func BenchmarkAddedLatency(b *testing.B) {
 	b.ReportMetric(us(g99), "gateway-added-p99-µs")
 	b.ReportMetric(float64(g50)/float64(p50), "ratio-p50")
 	b.ReportMetric(float64(g99)/float64(p99), "ratio-p99")
+}
+
+// benchFleet starts, next to upstream, a bare fasthttp reverse proxy in front of it (one
+// HostClient.Do per request; streamBody makes it stream answers, the LIBRARIES.md zero-copy
+// idiom) and a gateway with upstream registered as backend "u" serving model "m"; it
+// returns both addresses once the backend is routable. Everything stops at cleanup.
+func benchFleet(b *testing.B, upstream string, streamBody bool) (proxy, gw string) {
+	b.Helper()
+	upClient := &fasthttp.HostClient{Addr: upstream}
+	proxy = serve(b, func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.Del("Connection")
+		ctx.Response.StreamBody = streamBody
+		if err := upClient.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	})
+	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gdone := make(chan struct{})
+	go func() {
+		defer close(gdone)
+		_ = g.Serve(gln)
+	}()
+	b.Cleanup(func() {
+		g.Shutdown()
+		<-gdone
+		upClient.CloseIdleConnections()
+	})
+	gw = gln.Addr().String()
+	register(b, gw, upstream)
+	return proxy, gw
+}
+
+// register registers upstream as backend "u" serving model "m" and waits until the
+// gateway has its first RTT probe (routable).
+func register(b *testing.B, gw, upstream string) {
+	b.Helper()
+	ctl := &fasthttp.HostClient{Addr: gw}
+	defer ctl.CloseIdleConnections()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("PUT")
+	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
+	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
+	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		b.Fatalf("register: %v %d", err, resp.StatusCode())
+	}
+	for range 200 {
+		req.Reset()
+		req.SetRequestURI("http://" + gw + "/debug/state")
+		if err := ctl.Do(req, resp); err == nil && strings.Contains(string(resp.Body()), `"routable": true`) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatalf("backend never routable:\n%s", resp.Body())
 }

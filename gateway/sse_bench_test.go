@@ -2,15 +2,12 @@ package gateway_test
 
 import (
 	"bufio"
-	"net"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway"
 	"github.com/switchyard/switchyard/gateway/control"
 )
 
@@ -53,34 +50,7 @@ func BenchmarkSSEForwarding(b *testing.B) {
 			}
 		})
 	})
-	upClient := &fasthttp.HostClient{Addr: upstream}
-	proxy := serve(b, func(ctx *fasthttp.RequestCtx) {
-		ctx.Request.Header.Del("Connection")
-		ctx.Response.StreamBody = true
-		if err := upClient.Do(&ctx.Request, &ctx.Response); err != nil {
-			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
-		}
-	})
-	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	gln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gdone := make(chan struct{})
-	go func() {
-		defer close(gdone)
-		_ = g.Serve(gln)
-	}()
-	b.Cleanup(func() {
-		g.Shutdown()
-		<-gdone
-		upClient.CloseIdleConnections()
-	})
-	gw := gln.Addr().String()
-	register(b, gw, upstream)
+	proxy, gw := benchFleet(b, upstream, true)
 
 	paths := []string{upstream, proxy, gw}
 	clients := make([]*fasthttp.HostClient, len(paths))
@@ -138,30 +108,4 @@ func BenchmarkSSEForwarding(b *testing.B) {
 	b.ReportMetric(per(1), "proxy-added-µs-cpu/event")
 	b.ReportMetric(per(2), "gateway-added-µs-cpu/event")
 	b.ReportMetric(per(2)/per(1), "ratio")
-}
-
-// register registers upstream as backend "u" serving model "m" and waits for its first
-// RTT probe.
-func register(b *testing.B, gw, upstream string) {
-	b.Helper()
-	ctl := &fasthttp.HostClient{Addr: gw}
-	defer ctl.CloseIdleConnections()
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod("PUT")
-	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
-	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
-	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-		b.Fatalf("register: %v %d", err, resp.StatusCode())
-	}
-	for range 100 {
-		req.Reset()
-		req.SetRequestURI("http://" + gw + "/debug/state")
-		if err := ctl.Do(req, resp); err == nil && strings.Contains(string(resp.Body()), `"routable": true`) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatalf("backend never routable:\n%s", resp.Body())
 }
