@@ -26,6 +26,7 @@ const (
 	DefaultStatsStreamPath       = "/pylon/v1/stats/stream"
 	DefaultMinUpdateInterval     = time.Second
 	DefaultStatsUpdateCoalesce   = 10 * time.Millisecond
+	DefaultGatewayDNSInterval    = 5 * time.Second
 	DefaultPriorityCeiling       = 3600
 	DefaultUpstreamRetryHeader   = "x-stargate-upstream-retryable"
 	DefaultDiscoveryPollInterval = 5 * time.Second
@@ -45,9 +46,14 @@ type Config struct {
 	UpstreamBaseURL string   // engine base URL (required)
 	ModelNames      []string // served models; empty = discover from GET /v1/models
 	Gateways        []string // gateway base URLs to register with
-	AdvertiseURL    string   // how gateways reach this pylon (default http://<listen addr>)
-	ID              string   // inference server id (default "pylon")
-	ClusterID       string   // default = ID
+	// GatewayDNS is host:port of a DNS name whose A/AAAA records are gateway replicas (a
+	// Kubernetes headless Service): re-resolved every GatewayDNSInterval, the pylon
+	// registers with each address (http://ip:port) and deregisters from vanished ones.
+	GatewayDNS         string
+	GatewayDNSInterval time.Duration
+	AdvertiseURL       string // how gateways reach this pylon (default http://<listen addr>)
+	ID                 string // inference server id (default "pylon")
+	ClusterID          string // default = ID
 
 	MaxEngineConcurrency uint64  // CLI fallback for every model (0 = none)
 	InitialInputTPS      float64 // bootstrap input tps (0 = none)
@@ -105,8 +111,9 @@ func DefaultConfig() Config {
 		ListenAddr: DefaultListenAddr, ID: DefaultID,
 		EngineStatsStream: engine.ModeAuto, EngineStatsStreamPath: DefaultStatsStreamPath, EngineMetrics: "off",
 		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce,
-		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
-		UpstreamBackend: BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
+		GatewayDNSInterval: DefaultGatewayDNSInterval,
+		Admission:          admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
+		UpstreamBackend:    BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
 		RetryableStatusCodes: []int{429, 503}, RequireUpstreamRetryHeader: true, UpstreamRetryHeader: DefaultUpstreamRetryHeader,
 		PropagateRetryAfter: true, MetricsPrefix: DefaultMetricsPrefix, DiscoveryPollInterval: DefaultDiscoveryPollInterval,
 		DrainTimeout: DefaultDrainTimeout, MaxRequestBodyBytes: DefaultMaxRequestBodyBytes,
@@ -131,6 +138,14 @@ func (c *Config) Validate() error {
 	for _, g := range c.Gateways {
 		if u, err := url.Parse(g); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("gateway %q must be an http(s) URL", g)
+		}
+	}
+	if c.GatewayDNS != "" {
+		if host, port, err := net.SplitHostPort(c.GatewayDNS); err != nil || host == "" || port == "" {
+			bad("gateway-dns %q must be host:port", c.GatewayDNS)
+		}
+		if c.GatewayDNSInterval <= 0 {
+			bad("gateway-dns-interval-ms must be > 0")
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
 
@@ -39,6 +40,8 @@ type Deps struct {
 	Listener net.Listener
 	// Version is reported in target_info.
 	Version string
+	// LookupHost resolves Config.GatewayDNS (default net.DefaultResolver.LookupHost).
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 }
 
 // Pylon is one sidecar instance.
@@ -72,8 +75,12 @@ type Pylon struct {
 	sentMu        sync.Mutex
 	sentStructure map[string]uint64
 
-	// registrars is set once by Run (after calibration); before that publish is a no-op.
+	// registrars is set by Run (after calibration) and whenever the gateway set changes;
+	// before that publish is a no-op. regs is the same set by gateway URL (under regMu).
 	registrars atomic.Pointer[[]registrarRef]
+	regMu      sync.Mutex
+	regs       map[string]registrarRef
+	lookupHost func(ctx context.Context, host string) ([]string, error)
 	draining   atomic.Bool
 	inflight   atomic.Int64
 }
@@ -97,7 +104,11 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
 		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host,
 		seqs: map[string]uint64{}, sentStructure: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
-		replies: newReplyPool(),
+		replies:    newReplyPool(),
+		lookupHost: deps.LookupHost,
+	}
+	if p.lookupHost == nil {
+		p.lookupHost = net.DefaultResolver.LookupHost
 	}
 	empty := map[string]*modelEntry{}
 	p.models.Store(&empty)
@@ -137,8 +148,10 @@ func (p *Pylon) newServer(name string) *fasthttp.Server {
 
 // registrarRef is a running registrar and the notifier that wakes it on change.
 type registrarRef struct {
-	pid    *actor.PID
-	notify *register.Notifier
+	pid       *actor.PID
+	notify    *register.Notifier
+	gateway   string
+	connected *metrics.Gauge
 }
 
 type fasthttpLogger struct{ log *slog.Logger }
@@ -396,7 +409,7 @@ func (p *Pylon) Run(ctx context.Context) error {
 		calErr = p.calibrate(ctx)
 	}
 	if calErr == nil && ctx.Err() == nil {
-		p.startRegistrars()
+		p.startRegistrars(loops, &wg)
 		if len(p.cfg.ModelNames) == 0 {
 			wg.Go(func() { p.discover(loops) })
 		}
@@ -424,28 +437,108 @@ func (p *Pylon) Run(ctx context.Context) error {
 	return runErr
 }
 
-// startRegistrars starts one registrar per gateway; each sends the full snapshot at once.
-func (p *Pylon) startRegistrars() {
-	rs := make([]registrarRef, 0, len(p.cfg.Gateways))
+// startRegistrars starts one registrar per gateway (each sends the full snapshot at once):
+// the --gateway URLs and, with --gateway-dns, every address the name resolves to, followed
+// by a loop (until ctx ends) that re-resolves it and adds and removes registrars.
+func (p *Pylon) startRegistrars(ctx context.Context, wg *sync.WaitGroup) {
+	p.regMu.Lock()
+	p.regs = map[string]registrarRef{}
 	for _, gw := range p.cfg.Gateways {
-		router := escape(gw)
-		connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
-		notify := &register.Notifier{}
-		pid := p.sys.Root.Spawn(register.Props(
-			register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
-			register.Deps{
-				Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify, Delivered: p.delivered,
-				OnConnected: func(ok bool) {
-					if ok {
-						connected.Set(1)
-					} else {
-						connected.Set(0)
-					}
-				},
-			}))
-		rs = append(rs, registrarRef{pid: pid, notify: notify})
+		p.regs[gw] = p.spawnRegistrar(gw)
+	}
+	p.storeRegistrars()
+	p.regMu.Unlock()
+	if p.cfg.GatewayDNS == "" {
+		return
+	}
+	p.resolveGateways(ctx)
+	wg.Go(func() {
+		t := time.NewTicker(p.cfg.GatewayDNSInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				p.resolveGateways(ctx)
+			}
+		}
+	})
+}
+
+// resolveGateways makes the registrars of --gateway-dns match its current addresses. A
+// failed lookup keeps the current set.
+func (p *Pylon) resolveGateways(ctx context.Context) {
+	host, port, _ := net.SplitHostPort(p.cfg.GatewayDNS)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	addrs, err := p.lookupHost(lctx, host)
+	cancel()
+	if err != nil {
+		p.log.Warn("gateway_dns_lookup_failed", "name", p.cfg.GatewayDNS, "err", err)
+		return
+	}
+	want := map[string]bool{}
+	for _, gw := range p.cfg.Gateways {
+		want[gw] = true
+	}
+	for _, a := range addrs {
+		want["http://"+net.JoinHostPort(a, port)] = true
+	}
+	p.regMu.Lock()
+	var gone []string
+	for gw := range p.regs {
+		if !want[gw] {
+			gone = append(gone, gw)
+		}
+	}
+	for gw := range want {
+		if _, ok := p.regs[gw]; !ok {
+			p.regs[gw] = p.spawnRegistrar(gw)
+			p.log.Info("gateway_discovered", "gateway", gw)
+		}
+	}
+	for _, gw := range gone {
+		r := p.regs[gw]
+		delete(p.regs, gw)
+		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
+		r.connected.Set(0)
+		p.log.Info("gateway_vanished", "gateway", gw)
+	}
+	p.storeRegistrars()
+	p.regMu.Unlock()
+	for _, gw := range gone { // best effort: a vanished replica is usually gone for good
+		status, _, err := p.transport(ctx, "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
+		p.log.Debug("deregistered", "gateway", gw, "status", status, "err", err)
+	}
+}
+
+// storeRegistrars publishes regs for publish (under regMu).
+func (p *Pylon) storeRegistrars() {
+	rs := make([]registrarRef, 0, len(p.regs))
+	for _, r := range p.regs {
+		rs = append(rs, r)
 	}
 	p.registrars.Store(&rs)
+}
+
+// spawnRegistrar starts the registrar of gateway URL gw.
+func (p *Pylon) spawnRegistrar(gw string) registrarRef {
+	router := escape(gw)
+	connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
+	notify := &register.Notifier{}
+	pid := p.sys.Root.Spawn(register.Props(
+		register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
+		register.Deps{
+			Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify, Delivered: p.delivered,
+			OnConnected: func(ok bool) {
+				if ok {
+					connected.Set(1)
+				} else {
+					connected.Set(0)
+				}
+			},
+		}))
+	return registrarRef{pid: pid, notify: notify, gateway: gw, connected: connected}
 }
 
 // Shutdown timing.
@@ -519,16 +612,17 @@ func (p *Pylon) stopServing(serveErr <-chan error) error {
 	return err
 }
 
-// deregister stops the registrars and sends DELETE to every gateway.
+// deregister stops the registrars and sends DELETE to every gateway (the DNS loop has
+// stopped: no registrar starts any more).
 func (p *Pylon) deregister() {
-	rs := p.registrars.Load()
-	if rs == nil { // never registered: nothing to deregister
-		return
-	}
-	for _, r := range *rs {
+	p.regMu.Lock()
+	regs := p.regs
+	p.regs = nil
+	p.regMu.Unlock()
+	for _, r := range regs {
 		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
 	}
-	for _, gw := range p.cfg.Gateways {
+	for gw := range regs {
 		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
 		p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
 	}

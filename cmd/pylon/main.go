@@ -28,6 +28,8 @@ type cli struct {
 	UpstreamHTTPBaseURL   string   `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
 	ModelName             []string `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
 	Gateway               []string `name:"gateway" sep:"," help:"Gateway base URL to register with (repeatable)."`
+	GatewayDNS            string   `name:"gateway-dns" placeholder:"HOST:PORT" help:"DNS name whose addresses are gateway replicas (e.g. a headless Service); the pylon registers with every address and follows changes."`
+	GatewayDNSIntervalMs  uint64   `name:"gateway-dns-interval-ms" default:"5000" help:"How often --gateway-dns is re-resolved."`
 	AdvertiseURL          string   `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
 	InferenceServerID     string   `name:"inference-server-id" default:"pylon" help:"Backend id."`
 	ClusterID             string   `name:"cluster-id" help:"Cluster id (default = inference server id)."`
@@ -81,6 +83,7 @@ func (c *cli) config() pylon.Config {
 	cfg.CalibrationTimeout = ms(c.CalibrationTimeoutMs)
 	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
 	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = ms(c.MinUpdateIntervalMs), ms(c.StatsUpdateCoalesceMs)
+	cfg.GatewayDNS, cfg.GatewayDNSInterval = c.GatewayDNS, ms(c.GatewayDNSIntervalMs)
 	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: c.QueueAdmissionMinDeltaMs, Tolerance: c.QueueAdmissionTolerance}
 	cfg.QueueMismatchRetryAfterMs = c.QueueMismatchRetryAfterMs
 	cfg.UpstreamBackend, cfg.PriorityCeiling, cfg.RetryableStatusCodes = c.UpstreamBackend, c.PriorityCeiling, c.RetryableStatusCodes
