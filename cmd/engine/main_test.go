@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/deploy/deploytest"
 )
 
 func TestMain(m *testing.M) {
@@ -215,5 +218,19 @@ func TestBadFlagExitsNonZero(t *testing.T) {
 	out, err := exec.CommandContext(t.Context(), bin, "--version").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "engine dev" {
 		t.Errorf("--version: %q %v", out, err)
+	}
+}
+
+// The arguments deploy/*.yaml gives the engine parse and validate.
+func TestDeployManifestArgs(t *testing.T) {
+	for _, args := range deploytest.Args(t, "engine") {
+		var c cli
+		k, err := kong.New(&c, kong.Name("engine"), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Parse(args); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/switchyard/switchyard/deploy/deploytest"
 )
 
 // parse parses args (and the environment) like main, without running or exiting.
@@ -61,5 +63,18 @@ func TestBadTimeoutIsRejected(t *testing.T) {
 	_, err := parse(t, "--upstream-http-base-url", "http://127.0.0.1:8090", "--stream-idle-timeout-ms", "-1")
 	if err == nil || !strings.Contains(err.Error(), "stream-idle-timeout-ms") {
 		t.Errorf("--stream-idle-timeout-ms -1: %v, want a parse error naming the flag", err)
+	}
+}
+
+// The arguments deploy/*.yaml gives the pylon parse and validate.
+func TestDeployManifestArgs(t *testing.T) {
+	for _, args := range deploytest.Args(t, "pylon") {
+		c, err := parse(t, args...)
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
