@@ -120,8 +120,15 @@ func (c *overheadCmd) Run() error {
 			}
 			return strconv.FormatFloat(sum/count*1e6, 'f', 1, 64) + " µs"
 		}
-		fmt.Printf("\ngateway's own view (means): routing before the upstream call %s, upstream call %s\n",
-			mean("switchyard_gateway_overhead_seconds"), mean("switchyard_proxy_duration_seconds"))
+		registrations := "n/a"
+		for _, line := range strings.Split(string(body), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == `switchyard_registrations_total{result="accepted"}` {
+				registrations = f[1]
+			}
+		}
+		fmt.Printf("\ngateway's own view (means): routing before the upstream call %s, upstream call %s; registrations received %s "+
+			"(the pylon's change-driven updates for the traffic that did not come through the gateway)\n",
+			mean("switchyard_gateway_overhead_seconds"), mean("switchyard_proxy_duration_seconds"), registrations)
 	}
 	return nil
 }
