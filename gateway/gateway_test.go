@@ -426,8 +426,8 @@ func TestHeadersTimeoutCoversOnlyTheWaitForHeaders(t *testing.T) {
 			ctx.SetBodyString(`{}`)
 		}))
 		start = time.Now()
-		if r := h2.chat(nil); r.status != 502 {
-			t.Errorf("silent pylon: %d %s, want 502", r.status, r.body)
+		if r := h2.chat(nil); r.status != 502 || !strings.Contains(r.body, "upstream-headers-timeout") {
+			t.Errorf("silent pylon: %d %s, want 502 naming the timeout", r.status, r.body)
 		}
 		if got := time.Since(start); got < time.Second || got > 1250*time.Millisecond {
 			t.Errorf("silent pylon failed after %v, want 1s (+ at most the 250 ms sweep period)", got)

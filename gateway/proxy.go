@@ -245,6 +245,9 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	start := g.deps.Now()
 	err := b.Client.Do(&ctx.Request, &ctx.Response) // the headers timeout is connWatch's
 	if err != nil {
+		if waited := g.deps.Now().Sub(start); waited >= g.cfg.HeadersTimeout {
+			err = fmt.Errorf("%w (waited %v): %w", errHeadersTimeout, waited.Round(time.Millisecond), err)
+		}
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
 		g.release(pid, out)
 		ctx.Response.Reset()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,9 @@ func (w *connWatch) sweep() {
 		late = late[:0]
 	}
 }
+
+// errHeadersTimeout describes an attempt the sweeper ended.
+var errHeadersTimeout = errors.New("the pylon sent no answer within --upstream-headers-timeout")
 
 // close stops the sweeper (connections are closed by their pools).
 func (w *connWatch) close() {
