@@ -21,6 +21,7 @@ type routing struct {
 	inputTokens    uint64
 	estimated      bool // inputTokens estimated from the body
 	modelFromBody  bool // model read from the body (no x-model header)
+	mayStream      bool // the body mentions "stream": relay the answer as a stream
 	routingKey     string
 	method         string
 	hasMethod      bool

@@ -141,6 +141,9 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	// Stream the response only when the request may ask for a stream: a plain JSON answer
+	// is read whole (fewer allocations and copies), up to maxBufferedResponse.
+	rt.mayStream = bytes.Contains(body, streamKey)
 	target := dispatch.Target{RoutingKey: rt.routingKey, Model: rt.model}
 	entry, err := g.lbcfg.Load().Resolve(rt.model, rt.method, rt.hasMethod)
 	if err != nil {
@@ -239,9 +242,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Response.Reset()
-	// Stream the response only when the request may ask for a stream: a plain JSON answer
-	// is read whole (fewer allocations and copies), up to maxBufferedResponse.
-	ctx.Response.StreamBody = bytes.Contains(ctx.Request.Body(), streamKey)
+	ctx.Response.StreamBody = rt.mayStream
 	start := g.deps.Now()
 	err := b.Client.Do(&ctx.Request, &ctx.Response) // the headers timeout is connWatch's
 	if err != nil {
