@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -124,4 +126,52 @@ func BareProxy(upstream string) (fasthttp.RequestHandler, func()) {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 		}
 	}, hc.CloseIdleConnections
+}
+
+// Throughput sends small non-streaming requests to addr from concurrency keep-alive
+// connections for d and returns the successful requests per second (any other answer is
+// an error).
+func Throughput(ctx context.Context, addr, model string, concurrency int, d time.Duration) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: concurrency, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":1}`
+	var total atomic.Int64
+	errs := make(chan error, concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.SetRequestURI("http://" + addr + "/v1/chat/completions")
+			req.Header.SetContentType("application/json")
+			req.Header.Set("x-model", model)
+			req.Header.Set("x-input-tokens", "8")
+			req.Header.Set("x-request-id", "throughput")
+			req.SetBodyString(body)
+			for ctx.Err() == nil {
+				if err := hc.Do(req, resp); err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("%s: %w", addr, err)
+					}
+					return
+				}
+				if resp.StatusCode() != fasthttp.StatusOK {
+					errs <- fmt.Errorf("%s: status %d: %.200s", addr, resp.StatusCode(), resp.Body())
+					return
+				}
+				total.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(total.Load()) / time.Since(start).Seconds(), nil
 }

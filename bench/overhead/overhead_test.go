@@ -100,3 +100,22 @@ func TestAddedAndRatio(t *testing.T) {
 		t.Errorf("ratio p100 %v, want 1.5", got)
 	}
 }
+
+// Throughput counts successful requests over the whole run and reports a failing target.
+func TestThroughput(t *testing.T) {
+	ok := serve(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Request.Header.Peek("x-model")) != "m" {
+			ctx.SetStatusCode(fasthttp.StatusBadRequest)
+			return
+		}
+		ctx.SetBodyString(`{"ok":true}`)
+	})
+	rps, err := Throughput(context.Background(), ok, "m", 4, 200*time.Millisecond)
+	if err != nil || rps <= 0 {
+		t.Fatalf("rps %v, err %v", rps, err)
+	}
+	busy := serve(t, func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusServiceUnavailable) })
+	if _, err := Throughput(context.Background(), busy, "m", 4, 200*time.Millisecond); err == nil {
+		t.Error("a target answering 503 was not reported")
+	}
+}

@@ -35,6 +35,7 @@ type cli struct {
 	Drive        driveCmd         `cmd:"" help:"Drive an existing OpenAI-compatible endpoint with a scenario's requests."`
 	ListScenario listScenariosCmd `cmd:"" name:"list-scenarios" help:"List the bundled scenarios."`
 	Overhead     overheadCmd      `cmd:"" help:"Measure the latency the pylon and the gateway add, next to a bare fasthttp proxy, each in its own process."`
+	Throughput   throughputCmd    `cmd:"" help:"Compare the gateway's throughput with nginx round-robin over the same two pylons (needs nginx)."`
 	BareProxy    bareProxyCmd     `cmd:"" name:"bare-proxy" hidden:"" help:"Run a bare fasthttp reverse proxy (the overhead command's baseline)."`
 }
 
