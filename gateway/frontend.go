@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
@@ -54,6 +55,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		g.writeFleetMetrics(ctx)
 	case path == "/debug/state":
 		g.handleDebugState(ctx)
+	case g.cfg.EnablePprof && strings.HasPrefix(path, "/debug/pprof/"):
+		pprofhandler.PprofHandler(ctx)
 	default:
 		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, path))
 	}

@@ -69,6 +69,8 @@ type Config struct {
 	// starts, so load balancers stop sending before the listener closes. Default 0.
 	ShutdownDelay time.Duration
 	ProbeTimeout  time.Duration
+	// EnablePprof serves Go's profiles under /debug/pprof/ (operators only).
+	EnablePprof bool
 	// HeadersTimeout bounds the wait for an upstream's response headers.
 	HeadersTimeout time.Duration
 	// ReloadPoll is how often the lb-config file is checked for changes (0 = default).

@@ -435,3 +435,17 @@ func TestHeadersTimeoutCoversOnlyTheWaitForHeaders(t *testing.T) {
 		time.Sleep(2 * time.Second) // let the silent pylon's handler finish
 	})
 }
+
+// Go's profiles are served under /debug/pprof/ only with EnablePprof.
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		off := newHarness(t, gateway.Config{}, "")
+		if r := off.do("GET", "/debug/pprof/cmdline", nil, nil); r.status != 404 {
+			t.Errorf("pprof disabled: %d", r.status)
+		}
+		on := newHarness(t, gateway.Config{EnablePprof: true}, "")
+		if r := on.do("GET", "/debug/pprof/cmdline", nil, nil); r.status != 200 {
+			t.Errorf("pprof enabled: %d %s", r.status, r.body)
+		}
+	})
+}

@@ -40,6 +40,7 @@ type cli struct {
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
 	ShutdownDelay                time.Duration `name:"shutdown-delay" help:"On SIGTERM, keep serving this long with /readyz answering 503 before closing the listener (give load balancers time to notice)." default:"0s"`
 	UpstreamHeadersTimeout       time.Duration `name:"upstream-headers-timeout" help:"Longest wait for the first bytes of a pylon's response; a stream then runs unbounded." default:"30s"`
+	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
 	LogLevel                     string        `name:"log-level" help:"Log level." enum:"debug,info,warn,error" default:"info"`
 }
@@ -81,7 +82,7 @@ func (c *cli) Run() error {
 		Heartbeat:           time.Duration(c.HeartbeatMs) * time.Millisecond,
 		MinExpiry:           time.Duration(max(c.MinBackendExpiryMs, 1)) * time.Millisecond,
 		ControlToken:        c.ControlToken, MetricsPrefix: c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
-		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed,
+		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed, EnablePprof: c.EnablePprof,
 	}
 	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})
 	if err != nil {
