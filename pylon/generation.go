@@ -43,9 +43,10 @@ type generation struct {
 	cur    genSnapshot
 	have   bool
 	builds uint64 // snapshots built
-	// delivered maps a gateway id to the build it last received in an x-pylon-load.
+	// delivered maps a gateway id to the build it last received in an x-pylon-load, and
+	// when (unix ns).
 	deliveredMu sync.Mutex
-	delivered   map[string]uint64
+	delivered   map[string]delivery
 	// dirty is set by the actor when its aggregate changed after cur was built and
 	// cleared once cur is rebuilt (after the rebuild, so !dirty implies cur is current).
 	dirty atomic.Bool
@@ -120,8 +121,9 @@ func (g *generation) snapshot(sender actor.SenderContext) *genSnapshot {
 
 // appendLoadReport appends the x-pylon-load value of the current snapshot (rebuilt first
 // when dirty) to b, formatted under the read lock so the data path copies nothing.
-// It notes the build as delivered to gatewayID ("" for a caller that is not a gateway).
-func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq uint64, gatewayID string) ([]byte, bool) {
+// It notes the build as delivered to gatewayID ("" for a caller that is not a gateway) at
+// now.
+func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq uint64, gatewayID string, now time.Time) ([]byte, bool) {
 	g.flushIfDirty(sender)
 	g.mu.RLock()
 	if !g.have {
@@ -135,28 +137,31 @@ func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq 
 	if gatewayID != "" {
 		g.deliveredMu.Lock()
 		if g.delivered == nil {
-			g.delivered = map[string]uint64{}
+			g.delivered = map[string]delivery{}
 		}
-		if build > g.delivered[gatewayID] {
-			g.delivered[gatewayID] = build
-		}
+		d := g.delivered[gatewayID]
+		g.delivered[gatewayID] = delivery{build: max(d.build, build), at: max(d.at, now.UnixNano())}
 		g.deliveredMu.Unlock()
 	}
 	return b, true
 }
 
-// deliveredTo reports whether gatewayID received the current snapshot in a response (and
-// nothing changed since).
-func (g *generation) deliveredTo(gatewayID string) bool {
-	if g.dirty.Load() {
-		return false
-	}
+type delivery struct {
+	build uint64
+	at    int64 // unix ns
+}
+
+// deliveredTo tells whether gatewayID received the current snapshot in a response with
+// nothing changed since (held), and when it last received one (unix ns, 0 = never).
+func (g *generation) deliveredTo(gatewayID string) (held bool, at int64) {
+	dirty := g.dirty.Load()
 	g.mu.RLock()
 	build := g.builds
 	g.mu.RUnlock()
 	g.deliveredMu.Lock()
-	defer g.deliveredMu.Unlock()
-	return g.delivered[gatewayID] == build
+	d := g.delivered[gatewayID]
+	g.deliveredMu.Unlock()
+	return !dirty && d.build == build, d.at
 }
 
 // flushIfDirty asks the actor to rebuild the snapshot when it is dirty.

@@ -156,25 +156,30 @@ func TestSnapshotCopyDoesNotAliasTheActorsEstimates(t *testing.T) {
 }
 
 // A gateway holds a generation's state once an x-pylon-load of the current build reached
-// it and nothing changed since; other gateways do not.
+// it and nothing changed since; other gateways do not; the time of the last delivery is
+// kept.
 func TestDeliveredTo(t *testing.T) {
 	g := &generation{model: "m", gen: 1, have: true, builds: 3}
-	if g.deliveredTo("g1") {
+	if held, at := g.deliveredTo("g1"); held || at != 0 {
 		t.Fatal("delivered before any response")
 	}
-	if _, ok := g.appendLoadReport(nil, nil, 7, "g1"); !ok {
+	now := time.Unix(100, 0)
+	if _, ok := g.appendLoadReport(nil, nil, 7, "g1", now); !ok {
 		t.Fatal("no report")
 	}
-	if !g.deliveredTo("g1") || g.deliveredTo("g2") {
-		t.Errorf("after a response to g1: g1 %v, g2 %v", g.deliveredTo("g1"), g.deliveredTo("g2"))
+	if held, at := g.deliveredTo("g1"); !held || at != now.UnixNano() {
+		t.Errorf("after a response to g1: held %v at %d", held, at)
+	}
+	if held, _ := g.deliveredTo("g2"); held {
+		t.Error("g2 holds what went to g1")
 	}
 	g.dirty.Store(true) // a change not yet built
-	if g.deliveredTo("g1") {
-		t.Error("a pending change counted as delivered")
+	if held, at := g.deliveredTo("g1"); held || at != now.UnixNano() {
+		t.Errorf("a pending change: held %v at %d", held, at)
 	}
 	g.dirty.Store(false)
 	g.builds++ // rebuilt after a change
-	if g.deliveredTo("g1") {
+	if held, _ := g.deliveredTo("g1"); held {
 		t.Error("a newer build counted as delivered")
 	}
 }

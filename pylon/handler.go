@@ -263,7 +263,11 @@ func (p *Pylon) retryableStatus(s int) bool {
 // addLoad sets x-pylon-load for the request's model from the generation's snapshot.
 func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gatewayID string) {
 	var buf [256]byte
-	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], p.seqOf(gatewayID), gatewayID); ok {
+	var now time.Time
+	if gatewayID != "" {
+		now = p.now()
+	}
+	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], p.seqOf(gatewayID), gatewayID, now); ok {
 		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, v)
 	}
 }

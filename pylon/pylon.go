@@ -257,22 +257,35 @@ func (p *Pylon) publish() {
 	}
 }
 
-// delivered reports whether the gateway with id gatewayID already holds the current state:
-// no model was added, retired or drained since its last registration, and every model's
-// current snapshot reached it in an x-pylon-load (register.Deps.Delivered).
-func (p *Pylon) delivered(gatewayID string) bool {
+// delivered tells what the gateway with id gatewayID holds of the current state through
+// the x-pylon-load headers of its own responses (register.Deps.Delivered): Held when no
+// model was added, retired or drained since its last registration and every model's
+// current snapshot reached it; Fresh when every model's snapshot reached it within the last
+// coalesce interval (its view is as fresh as a change-driven update would make it).
+func (p *Pylon) delivered(gatewayID string) register.Delivery {
 	p.sentMu.Lock()
 	sent, ok := p.sentStructure[gatewayID]
 	p.sentMu.Unlock()
 	if !ok || sent != p.structure.Load() {
-		return false
+		return register.NotHeld
 	}
+	result := register.Held
+	recent := p.now().Add(-p.cfg.StatsUpdateCoalesce).UnixNano()
 	for _, e := range *p.models.Load() {
-		if g := e.cur.Load(); g != nil && !g.deliveredTo(gatewayID) {
-			return false
+		g := e.cur.Load()
+		if g == nil {
+			continue
+		}
+		held, at := g.deliveredTo(gatewayID)
+		switch {
+		case held:
+		case at >= recent:
+			result = register.Fresh
+		default:
+			return register.NotHeld
 		}
 	}
-	return true
+	return result
 }
 
 // snapshot is the registration for the gateway with id gatewayID.

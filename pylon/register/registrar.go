@@ -87,12 +87,24 @@ type Deps struct {
 	// Notifier, when set, is the one producers call; the registrar re-opens it each time
 	// it takes a snapshot.
 	Notifier *Notifier
-	// Delivered, when set, reports whether the gateway with the given id already holds the
-	// current state through the x-pylon-load headers of its own responses: a change-driven
-	// send is then skipped (the heartbeat still goes out on time). Under request load this
-	// spares most change-driven sends to the gateway that routes the traffic.
-	Delivered func(gatewayID string) bool
+	// Delivered, when set, tells what the gateway with the given id already holds through
+	// the x-pylon-load headers of its own responses: Held, the current state (a change-driven
+	// send is skipped); Fresh, a state no older than one coalesce interval (the send is
+	// skipped and the question asked again one interval later, so the state is sent once
+	// those responses stop); NotHeld otherwise (sent). Heartbeats always go out. Under
+	// request load this spares most change-driven sends to the gateway routing the traffic.
+	Delivered func(gatewayID string) Delivery
 }
+
+// Delivery is what a gateway holds of the current state (Deps.Delivered).
+type Delivery uint8
+
+// Deliveries.
+const (
+	NotHeld Delivery = iota
+	Held
+	Fresh
+)
 
 // Registrar is the actor. Create it with New and spawn it with Props.
 type Registrar struct {
@@ -188,6 +200,13 @@ func (r *Registrar) done(m *sent) {
 	r.backoff = min(2*r.backoff, BackoffMax)
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // due is when the next send is due.
 func (r *Registrar) due() time.Time {
 	switch {
@@ -214,16 +233,27 @@ func (r *Registrar) step(c actor.Context) {
 }
 
 func (r *Registrar) send(c actor.Context, now time.Time) {
-	if r.deps.Notifier != nil {
-		r.deps.Notifier.pending.Store(false) // a change from now on notifies again
+	reopen := func() {
+		if r.deps.Notifier != nil {
+			r.deps.Notifier.pending.Store(false) // a change from now on notifies again
+		}
 	}
-	if heartbeat := !now.Before(r.lastSent.Add(r.cfg.Heartbeat)); !heartbeat && !r.failing && r.gatewayID != "" &&
-		r.deps.Delivered != nil && r.deps.Delivered(r.gatewayID) {
-		r.dirty = false
-		r.skipped++
-		r.alarm.Arm(now, r.lastSent.Add(r.cfg.Heartbeat))
-		return
+	if heartbeat := !now.Before(r.lastSent.Add(r.cfg.Heartbeat)); !heartbeat && !r.failing && r.gatewayID != "" && r.deps.Delivered != nil {
+		switch r.deps.Delivered(r.gatewayID) {
+		case Held:
+			reopen()
+			r.dirty = false
+			r.skipped++
+			r.alarm.Arm(now, r.lastSent.Add(r.cfg.Heartbeat))
+			return
+		case Fresh: // still dirty, the Notifier stays closed: look again one interval later
+			r.skipped++
+			r.alarm.Arm(now, minTime(now.Add(r.cfg.Coalesce), r.lastSent.Add(r.cfg.Heartbeat)))
+			return
+		case NotHeld:
+		}
 	}
+	reopen()
 	reg := r.deps.Snapshot(r.gatewayID)
 	reg.HeartbeatMs = uint64(max(r.cfg.Heartbeat.Milliseconds(), 0))
 	body, err := json.Marshal(&reg)

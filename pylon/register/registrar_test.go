@@ -43,7 +43,7 @@ type rig struct {
 	calls     []call
 	snapshots []string // gateway ids passed to Snapshot
 	answer    func(n int) (int, []byte, error)
-	delivered atomic.Bool // what Deps.Delivered answers
+	delivered atomic.Uint32 // what Deps.Delivered answers (a register.Delivery)
 }
 
 func ack(gatewayID string) []byte {
@@ -79,7 +79,7 @@ func newRig(t *testing.T, cfg register.Config, jitter func(time.Duration) time.D
 		},
 		Jitter:    jitter,
 		Notifier:  r.notify,
-		Delivered: func(string) bool { return r.delivered.Load() },
+		Delivered: func(string) register.Delivery { return register.Delivery(r.delivered.Load()) },
 	}
 	r.pid = r.sys.Root.Spawn(register.Props(cfg, deps))
 	return r
@@ -260,22 +260,29 @@ func TestRegistrarRecoversAndResetsBackoff(t *testing.T) {
 }
 
 // A change the gateway already holds (delivered in x-pylon-load headers) is not sent; the
-// heartbeat still goes out on time, and an undelivered change is sent as usual.
+// heartbeat still goes out on time, and an undelivered change is sent as usual. While the
+// gateway's copy is only fresh (changes since, but a response reached it within the
+// interval) the send waits, looking again every interval, and goes out once it is not.
 func TestRegistrarSkipsChangesTheGatewayHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond}
 		r := newRig(t, cfg, noJitter, func(int) (int, []byte, error) { return 200, ack("gw-1"), nil })
 		time.Sleep(500 * time.Millisecond) // start-up PUT at 0, then 10 with the learnt id
-		r.delivered.Store(true)
+		r.delivered.Store(uint32(register.Held))
 		r.notify.Notify(r.sys.Root, r.pid) // skipped
 		time.Sleep(200 * time.Millisecond)
 		r.notify.Notify(r.sys.Root, r.pid) // skipped: the Notifier re-opened
 		time.Sleep(1000 * time.Millisecond)
-		r.delivered.Store(false)
+		r.delivered.Store(uint32(register.NotHeld))
 		r.notify.Notify(r.sys.Root, r.pid) // at 1700: sent
 		time.Sleep(100 * time.Millisecond)
+		r.delivered.Store(uint32(register.Fresh))
+		r.notify.Notify(r.sys.Root, r.pid) // at 1800: held back while fresh
+		time.Sleep(55 * time.Millisecond)
+		r.delivered.Store(uint32(register.NotHeld)) // the responses stop at 1855
+		time.Sleep(100 * time.Millisecond)
 		r.stop()
-		if diff := cmp.Diff(ms(0, 10, 1010, 1700), r.times()); diff != "" {
+		if diff := cmp.Diff(ms(0, 10, 1010, 1700, 1860), r.times()); diff != "" {
 			t.Errorf("send times (-want +got):\n%s", diff)
 		}
 	})
