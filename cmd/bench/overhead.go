@@ -75,20 +75,12 @@ func (c *overheadCmd) Run() error {
 		{Name: "proxy-engine", Path: self, Args: []string{"bare-proxy", "--listen", proxyEngine, "--upstream", engine}},
 		{Name: "proxy-pylon", Path: self, Args: []string{"bare-proxy", "--listen", proxyPylon, "--upstream", pylon}},
 	}
-	var group fleet.Group
+	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
-	for _, sp := range specs {
-		lf, err := os.Create(filepath.Join(logs, sp.Name+".log"))
-		if err != nil {
-			return err
-		}
-		p, err := fleet.Start(sp, lf)
-		if err != nil {
-			return fmt.Errorf("start %s: %w", sp.Name, err)
-		}
-		group.Add(p)
+	if err := startChildren(group, specs, logs); err != nil {
+		return err
 	}
-	if err := waitRoutable(ctx, gateway, c.ReadyTimeout); err != nil {
+	if err := waitRoutable(ctx, gateway, 1, c.ReadyTimeout); err != nil {
 		return fmt.Errorf("%w (logs in %s; use --logs DIR to keep them)", err, logs)
 	}
 	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), six paths in rotation…\n", c.Requests, c.Warmup)
@@ -127,22 +119,38 @@ func (c *overheadCmd) Run() error {
 			}
 		}
 		fmt.Printf("\ngateway's own view (means): routing before the upstream call %s, upstream call %s; registrations received %s "+
-			"(the pylon's change-driven updates for the traffic that did not come through the gateway)\n",
+			"(the pylon's heartbeats and change-driven updates)\n",
 			mean("switchyard_gateway_overhead_seconds"), mean("switchyard_proxy_duration_seconds"), registrations)
 	}
 	return nil
 }
 
-// waitRoutable polls the gateway's /debug/state until a backend is routable.
-func waitRoutable(ctx context.Context, gateway string, timeout time.Duration) error {
+// startChildren starts every spec into group, each logging to <logDir>/<name>.log.
+func startChildren(group *fleet.Group, specs []fleet.Spec, logDir string) error {
+	for _, sp := range specs {
+		lf, err := os.Create(filepath.Join(logDir, sp.Name+".log"))
+		if err != nil {
+			return err
+		}
+		p, err := fleet.Start(sp, lf)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", sp.Name, err)
+		}
+		group.Add(p)
+	}
+	return nil
+}
+
+// waitRoutable polls the gateway's /debug/state until n backends are routable.
+func waitRoutable(ctx context.Context, gateway string, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/debug/state", time.Second)
-		if err == nil && status == fasthttp.StatusOK && strings.Contains(string(body), `"routable": true`) {
+		if err == nil && status == fasthttp.StatusOK && strings.Count(string(body), `"routable": true`) >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway saw no routable backend within %v", timeout)
+			return fmt.Errorf("the gateway saw fewer than %d routable backends within %v", n, timeout)
 		}
 		select {
 		case <-ctx.Done():

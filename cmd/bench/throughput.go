@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/switchyard/switchyard/bench/fleet"
 	"github.com/switchyard/switchyard/bench/overhead"
 )
@@ -98,20 +96,12 @@ func (c *throughputCmd) Run() error {
 		return err
 	}
 	specs = append(specs, fleet.Spec{Name: "nginx", Path: nginx, Args: []string{"-c", conf, "-p", dir}})
-	var group fleet.Group
+	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
-	for _, sp := range specs {
-		lf, err := os.Create(filepath.Join(dir, sp.Name+".log"))
-		if err != nil {
-			return err
-		}
-		p, err := fleet.Start(sp, lf)
-		if err != nil {
-			return fmt.Errorf("start %s: %w", sp.Name, err)
-		}
-		group.Add(p)
+	if err := startChildren(group, specs, dir); err != nil {
+		return err
 	}
-	if err := waitRoutableN(gateway, 2, 20*time.Second); err != nil {
+	if err := waitRoutable(ctx, gateway, 2, 20*time.Second); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "%d connections, %v per measurement, %d rounds…\n", c.Concurrency, c.Duration, c.Rounds)
@@ -144,17 +134,4 @@ func (c *throughputCmd) Run() error {
 	}
 	fmt.Printf("gateway (power-of-n) req/s: %s\nnginx round-robin req/s:   %s\ngateway / nginx: %.2f× (budget ≥ 1.0×)\n", f(gw), f(ng), mean(gw)/mean(ng))
 	return nil
-}
-
-// waitRoutableN polls the gateway's /debug/state until n backends are routable.
-func waitRoutableN(gateway string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/debug/state", time.Second)
-		if err == nil && status == fasthttp.StatusOK && strings.Count(string(body), `"routable": true`) >= n {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("the gateway saw fewer than %d routable backends within %v", n, timeout)
 }
