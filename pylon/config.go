@@ -27,6 +27,9 @@ const (
 	DefaultMinUpdateInterval     = time.Second
 	DefaultStatsUpdateCoalesce   = 10 * time.Millisecond
 	DefaultGatewayDNSInterval    = 5 * time.Second
+	DefaultCanaryInterval        = 5 * time.Second
+	DefaultCanaryTimeout         = 5 * time.Second
+	DefaultCanaryThreshold       = 237
 	DefaultPriorityCeiling       = 3600
 	DefaultUpstreamRetryHeader   = "x-stargate-upstream-retryable"
 	DefaultDiscoveryPollInterval = 5 * time.Second
@@ -51,9 +54,16 @@ type Config struct {
 	// registers with each address (http://ip:port) and deregisters from vanished ones.
 	GatewayDNS         string
 	GatewayDNSInterval time.Duration
-	AdvertiseURL       string // how gateways reach this pylon (default http://<listen addr>)
-	ID                 string // inference server id (default "pylon")
-	ClusterID          string // default = ID
+	// Canaries (REFERENCE.md §4.7): every CanaryInterval (0 = off) a tiny completion
+	// (prompt "1+1=", max_tokens CanaryThreshold) per model straight to the engine; a
+	// failure, a timeout (CanaryTimeout) or exactly CanaryThreshold generated tokens (a
+	// runaway generation) advertises every model INACTIVE until a canary passes again.
+	CanaryInterval  time.Duration
+	CanaryTimeout   time.Duration
+	CanaryThreshold int
+	AdvertiseURL    string // how gateways reach this pylon (default http://<listen addr>)
+	ID              string // inference server id (default "pylon")
+	ClusterID       string // default = ID
 
 	MaxEngineConcurrency uint64  // CLI fallback for every model (0 = none)
 	InitialInputTPS      float64 // bootstrap input tps (0 = none)
@@ -112,8 +122,9 @@ func DefaultConfig() Config {
 		EngineStatsStream: engine.ModeAuto, EngineStatsStreamPath: DefaultStatsStreamPath, EngineMetrics: "off",
 		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce,
 		GatewayDNSInterval: DefaultGatewayDNSInterval,
-		Admission:          admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
-		UpstreamBackend:    BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
+		CanaryInterval:     DefaultCanaryInterval, CanaryTimeout: DefaultCanaryTimeout, CanaryThreshold: DefaultCanaryThreshold,
+		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
+		UpstreamBackend: BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
 		RetryableStatusCodes: []int{429, 503}, RequireUpstreamRetryHeader: true, UpstreamRetryHeader: DefaultUpstreamRetryHeader,
 		PropagateRetryAfter: true, MetricsPrefix: DefaultMetricsPrefix, DiscoveryPollInterval: DefaultDiscoveryPollInterval,
 		DrainTimeout: DefaultDrainTimeout, MaxRequestBodyBytes: DefaultMaxRequestBodyBytes,
@@ -139,6 +150,9 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(g); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("gateway %q must be an http(s) URL", g)
 		}
+	}
+	if c.CanaryInterval < 0 || (c.CanaryInterval > 0 && (c.CanaryTimeout <= 0 || c.CanaryThreshold <= 0)) {
+		bad("active-canary-interval-ms must be >= 0, and with canaries bringup-canary-timeout-ms and canary-max-generation-threshold > 0")
 	}
 	if c.GatewayDNS != "" {
 		if host, port, err := net.SplitHostPort(c.GatewayDNS); err != nil || host == "" || port == "" {

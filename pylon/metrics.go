@@ -51,6 +51,7 @@ const (
 	// first-output timeout; the request got 504) or stream_idle (a response stalled longer
 	// than the stream idle timeout; the relayed stream was cut).
 	mUpstreamTimeouts = "upstream_timeouts_total"
+	mCanaryChecks     = "canary_checks_total"
 )
 
 var (

@@ -72,6 +72,7 @@ type Pylon struct {
 	// structure counts changes a load report cannot carry (models added or retired,
 	// draining); sentStructure is its value in the last registration built per gateway.
 	structure     atomic.Uint64
+	canaryFailing atomic.Bool // the last canary round failed: models advertised INACTIVE
 	sentMu        sync.Mutex
 	sentStructure map[string]uint64
 
@@ -296,7 +297,7 @@ func (p *Pylon) snapshot(gatewayID string) control.Registration {
 		p.sentMu.Unlock()
 	}
 	status := control.StatusActive
-	if p.draining.Load() {
+	if p.draining.Load() || p.canaryFailing.Load() {
 		status = control.StatusInactive
 	}
 	reg := control.Registration{
@@ -423,6 +424,7 @@ func (p *Pylon) Run(ctx context.Context) error {
 	}
 	if calErr == nil && ctx.Err() == nil {
 		p.startRegistrars(loops, &wg)
+		p.startCanaries(loops, &wg)
 		if len(p.cfg.ModelNames) == 0 {
 			wg.Go(func() { p.discover(loops) })
 		}

@@ -121,6 +121,9 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 			"--cluster-id=" + b.ClusterID,
 			"--min-update-interval-ms=100",
 			"--kv-cache-stats-path=/kv-cache/stats",
+			// As the reference bench: a canary queued behind the workload's long
+			// generations would time out and take a busy backend out of rotation.
+			"--active-canary-interval-ms=0",
 		}
 		if tps := b.Profile.Registration.LastMeanInputTPS; tps > 0 {
 			args = append(args, "--initial-input-tps="+ms(tps))

@@ -24,29 +24,32 @@ var version = "dev"
 type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
 
-	HTTPListenAddr        string   `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path and /metrics listen address."`
-	UpstreamHTTPBaseURL   string   `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
-	ModelName             []string `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
-	Gateway               []string `name:"gateway" sep:"," help:"Gateway base URL to register with (repeatable)."`
-	GatewayDNS            string   `name:"gateway-dns" placeholder:"HOST:PORT" help:"DNS name whose addresses are gateway replicas (e.g. a headless Service); the pylon registers with every address and follows changes."`
-	GatewayDNSIntervalMs  uint64   `name:"gateway-dns-interval-ms" default:"5000" help:"How often --gateway-dns is re-resolved."`
-	AdvertiseURL          string   `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
-	InferenceServerID     string   `name:"inference-server-id" default:"pylon" help:"Backend id."`
-	ClusterID             string   `name:"cluster-id" help:"Cluster id (default = inference server id)."`
-	MaxEngineConcurrency  uint64   `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
-	InitialInputTPS       float64  `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
-	BenchmarkPinInputTPS  bool     `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
-	DoCalibration         bool     `name:"do-calibration" help:"Calibrate input tokens/s with synthetic requests before registering (only for a cluster's sole pylon; excludes --initial-input-tps)."`
-	CalibrationRequests   int      `name:"calibration-requests" default:"5" help:"Calibration: request count of the first step (doubles per step)."`
-	CalibrationPromptUnit int      `name:"calibration-prompt-units" default:"4096" help:"Calibration: largest prompt size in tokens (the ramp starts at 256 and doubles)."`
-	CalibrationMaxConc    int      `name:"calibration-max-concurrency" default:"4" help:"Calibration: largest concurrency (starts at 1, +1 per step)."`
-	CalibrationTimeoutMs  uint64   `name:"bringup-calibration-timeout-ms" default:"30000" help:"Calibration: a step taking longer means the engine is saturated and ends the ramp."`
-	EngineStatsStream     string   `name:"engine-stats-stream" default:"auto" enum:"auto,required,off" help:"Engine NDJSON stats stream: auto, required or off."`
-	EngineStatsStreamPath string   `name:"engine-stats-stream-path" default:"/pylon/v1/stats/stream" help:"Path of the engine stats stream."`
-	EngineMetrics         string   `name:"engine-metrics" default:"off" enum:"off,vllm,sglang" help:"Scrape the engine's Prometheus /metrics: off, vllm or sglang."`
-	KVCacheStatsPath      string   `name:"kv-cache-stats-path" help:"Engine path polled every second for KV cache stats (empty = off)."`
-	MinUpdateIntervalMs   uint64   `name:"min-update-interval-ms" default:"1000" help:"Registration heartbeat period."`
-	StatsUpdateCoalesceMs uint64   `name:"stats-update-coalesce-ms" default:"10" help:"Minimum spacing of change-driven registration updates."`
+	HTTPListenAddr               string   `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path and /metrics listen address."`
+	UpstreamHTTPBaseURL          string   `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
+	ModelName                    []string `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
+	Gateway                      []string `name:"gateway" sep:"," help:"Gateway base URL to register with (repeatable)."`
+	GatewayDNS                   string   `name:"gateway-dns" placeholder:"HOST:PORT" help:"DNS name whose addresses are gateway replicas (e.g. a headless Service); the pylon registers with every address and follows changes."`
+	GatewayDNSIntervalMs         uint64   `name:"gateway-dns-interval-ms" default:"5000" help:"How often --gateway-dns is re-resolved."`
+	ActiveCanaryIntervalMs       uint64   `name:"active-canary-interval-ms" default:"5000" help:"Period of the canary completion sent to the engine (0 disables canaries); a failing or runaway canary advertises the models INACTIVE."`
+	BringupCanaryTimeoutMs       uint64   `name:"bringup-canary-timeout-ms" default:"5000" help:"Longest wait for a canary's answer."`
+	CanaryMaxGenerationThreshold int      `name:"canary-max-generation-threshold" default:"237" help:"The canary's max_tokens; a canary that generates exactly this many tokens is a runaway generation."`
+	AdvertiseURL                 string   `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
+	InferenceServerID            string   `name:"inference-server-id" default:"pylon" help:"Backend id."`
+	ClusterID                    string   `name:"cluster-id" help:"Cluster id (default = inference server id)."`
+	MaxEngineConcurrency         uint64   `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
+	InitialInputTPS              float64  `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
+	BenchmarkPinInputTPS         bool     `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
+	DoCalibration                bool     `name:"do-calibration" help:"Calibrate input tokens/s with synthetic requests before registering (only for a cluster's sole pylon; excludes --initial-input-tps)."`
+	CalibrationRequests          int      `name:"calibration-requests" default:"5" help:"Calibration: request count of the first step (doubles per step)."`
+	CalibrationPromptUnit        int      `name:"calibration-prompt-units" default:"4096" help:"Calibration: largest prompt size in tokens (the ramp starts at 256 and doubles)."`
+	CalibrationMaxConc           int      `name:"calibration-max-concurrency" default:"4" help:"Calibration: largest concurrency (starts at 1, +1 per step)."`
+	CalibrationTimeoutMs         uint64   `name:"bringup-calibration-timeout-ms" default:"30000" help:"Calibration: a step taking longer means the engine is saturated and ends the ramp."`
+	EngineStatsStream            string   `name:"engine-stats-stream" default:"auto" enum:"auto,required,off" help:"Engine NDJSON stats stream: auto, required or off."`
+	EngineStatsStreamPath        string   `name:"engine-stats-stream-path" default:"/pylon/v1/stats/stream" help:"Path of the engine stats stream."`
+	EngineMetrics                string   `name:"engine-metrics" default:"off" enum:"off,vllm,sglang" help:"Scrape the engine's Prometheus /metrics: off, vllm or sglang."`
+	KVCacheStatsPath             string   `name:"kv-cache-stats-path" help:"Engine path polled every second for KV cache stats (empty = off)."`
+	MinUpdateIntervalMs          uint64   `name:"min-update-interval-ms" default:"1000" help:"Registration heartbeat period."`
+	StatsUpdateCoalesceMs        uint64   `name:"stats-update-coalesce-ms" default:"10" help:"Minimum spacing of change-driven registration updates."`
 
 	QueueAdmission             bool    `name:"queue-admission" default:"true" negatable:"" help:"Local queue admission."`
 	QueueAdmissionMinDeltaMs   uint64  `name:"queue-admission-min-delta-ms" default:"25" help:"Additive admission tolerance."`
@@ -84,6 +87,7 @@ func (c *cli) config() pylon.Config {
 	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
 	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = ms(c.MinUpdateIntervalMs), ms(c.StatsUpdateCoalesceMs)
 	cfg.GatewayDNS, cfg.GatewayDNSInterval = c.GatewayDNS, ms(c.GatewayDNSIntervalMs)
+	cfg.CanaryInterval, cfg.CanaryTimeout, cfg.CanaryThreshold = ms(c.ActiveCanaryIntervalMs), ms(c.BringupCanaryTimeoutMs), c.CanaryMaxGenerationThreshold
 	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: c.QueueAdmissionMinDeltaMs, Tolerance: c.QueueAdmissionTolerance}
 	cfg.QueueMismatchRetryAfterMs = c.QueueMismatchRetryAfterMs
 	cfg.UpstreamBackend, cfg.PriorityCeiling, cfg.RetryableStatusCodes = c.UpstreamBackend, c.PriorityCeiling, c.RetryableStatusCodes
