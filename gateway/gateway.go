@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Defaults of Config (a zero field means the default).
@@ -160,21 +161,22 @@ type Deps struct {
 
 // Gateway is one router instance.
 type Gateway struct {
-	cfg      Config
-	deps     Deps
-	log      *slog.Logger
-	sys      *actor.ActorSystem
-	dir      *dispatch.Directory
-	pending  dispatch.PendingPool
-	watch    *connWatch
-	fleet    *fleet.Fleet
-	lbcfg    atomic.Pointer[lbconfig.Config]
-	lbMtime  time.Time
-	metrics  *gatewayMetrics
-	server   *fasthttp.Server
-	draining atomic.Bool
-	idSeq    atomic.Uint64
-	idPrefix string
+	cfg                  Config
+	deps                 Deps
+	log                  *slog.Logger
+	sys                  *actor.ActorSystem
+	dir                  *dispatch.Directory
+	pending              dispatch.PendingPool
+	upstream             *relay.Conns // every pylon connection, for the headers timeout
+	stopWatch, watchDone chan struct{}
+	fleet                *fleet.Fleet
+	lbcfg                atomic.Pointer[lbconfig.Config]
+	lbMtime              time.Time
+	metrics              *gatewayMetrics
+	server               *fasthttp.Server
+	draining             atomic.Bool
+	idSeq                atomic.Uint64
+	idPrefix             string
 }
 
 // New builds a gateway; it loads the lb-config file when one is configured.
@@ -204,7 +206,12 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.lbcfg.Store(lc)
 	g.sys = actors.NewSystem(deps.Logger)
-	g.watch = newConnWatch(cfg.HeadersTimeout, deps.Now)
+	g.upstream = g.newUpstreamConns()
+	g.stopWatch, g.watchDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(g.watchDone)
+		g.upstream.Watch(g.stopWatch)
+	}()
 	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed})
 	g.fleet = fleet.New(fleet.Deps{
 		Now: deps.Now, Logger: g.log, System: g.sys, Schedulers: g.dir,
@@ -259,7 +266,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 		ReadBufferSize:                16 << 10,
 		MaxResponseBodySize:           maxBufferedResponse, // streamed bodies are not limited
 		ConnPoolStrategy:              fasthttp.LIFO,
-		Dial:                          g.watch.dial(g.deps.Dial),
+		DialTimeout:                   g.upstream.DialTimeout,
 	}
 }
 
@@ -309,7 +316,8 @@ func (g *Gateway) Close() {
 	g.fleet.Stop()
 	g.dir.Stop()
 	g.sys.Shutdown()
-	g.watch.close()
+	close(g.stopWatch)
+	<-g.watchDone
 }
 
 // Reload re-reads the lb-config file; an invalid file keeps the current configuration.

@@ -430,7 +430,7 @@ func TestHeadersTimeoutCoversOnlyTheWaitForHeaders(t *testing.T) {
 			t.Errorf("silent pylon: %d %s, want 502 naming the timeout", r.status, r.body)
 		}
 		if got := time.Since(start); got < time.Second || got > 1250*time.Millisecond {
-			t.Errorf("silent pylon failed after %v, want 1s (+ at most the 250 ms sweep period)", got)
+			t.Errorf("silent pylon failed after %v, want 1s (+ at most one watchdog period)", got)
 		}
 		time.Sleep(2 * time.Second) // let the silent pylon's handler finish
 	})

@@ -244,7 +244,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	ctx.Response.Reset()
 	ctx.Response.StreamBody = rt.mayStream
 	start := g.deps.Now()
-	err := b.Client.Do(&ctx.Request, &ctx.Response) // the headers timeout is connWatch's
+	err := b.Client.Do(&ctx.Request, &ctx.Response) // the headers timeout is g.upstream's
 	if err != nil {
 		if waited := g.deps.Now().Sub(start); waited >= g.cfg.HeadersTimeout {
 			err = fmt.Errorf("%w (waited %v): %w", errHeadersTimeout, waited.Round(time.Millisecond), err)

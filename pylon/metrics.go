@@ -9,6 +9,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/relay"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
 
@@ -93,7 +94,7 @@ func newPylonMetrics(prefix, id, version string) *pylonMetrics {
 
 // upstreamTimedOut counts an engine connection the watchdog closed.
 func (m *pylonMetrics) upstreamTimedOut(why uint32) {
-	if why == abortFirstOutput {
+	if why == relay.AbortFirstOutput {
 		m.firstOutputTimeouts.Inc()
 	} else {
 		m.streamIdleTimeouts.Inc()

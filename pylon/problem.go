@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // problem is an application/problem+json answer the pylon itself produces. This file is
@@ -78,7 +79,7 @@ func upstreamFailure(err error, shuttingDown, retryable bool) *problem {
 	case shuttingDown:
 		p = newProblem(fasthttp.StatusServiceUnavailable, "the pylon shut down before the engine answered")
 		p.Reason = control.RetryLocalConnectFailure
-	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, new(abortError)):
+	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, new(relay.AbortError)):
 		p = newProblem(fasthttp.StatusGatewayTimeout, "the engine sent no response within the first-output timeout")
 		p.Reason = reasonFirstOutputTimeout
 	default:

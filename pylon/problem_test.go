@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // The one place where the pylon's failures become HTTP answers.
@@ -37,7 +38,7 @@ func TestProblemMapping(t *testing.T) {
 			answer{504, "true", reasonFirstOutputTimeout, "application/problem+json", reasonFirstOutputTimeout},
 		},
 		{
-			"watchdog abort surfacing wrapped", upstreamFailure(fmt.Errorf("read chunk: %w", abortError(abortStreamIdle)), false, false),
+			"watchdog abort surfacing wrapped", upstreamFailure(fmt.Errorf("read chunk: %w", relay.AbortError(relay.AbortStreamIdle)), false, false),
 			answer{504, "", "", "application/problem+json", reasonFirstOutputTimeout},
 		},
 		{
@@ -101,15 +102,6 @@ func TestProblemMapping(t *testing.T) {
 	}
 }
 
-func TestAbortErrorIsATimeoutOnlyForTheTimeouts(t *testing.T) {
-	t.Parallel()
-	for why, want := range map[uint32]bool{abortFirstOutput: true, abortStreamIdle: true, abortShutdown: false} {
-		if got := abortError(why).Timeout(); got != want {
-			t.Errorf("abortError(%d).Timeout() = %v, want %v", why, got, want)
-		}
-	}
-}
-
 // Validating a body costs no allocation when it is accepted, and decides streaming once.
 func TestCheckBodyAllocatesNothing(t *testing.T) {
 	if raceEnabled {
@@ -166,28 +158,5 @@ func TestConfigRejectsNegativeTimeouts(t *testing.T) {
 	err := cfg.Validate()
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "first-output-timeout-ms must be ≥ 0") || !strings.Contains(err.Error(), "stream-idle-timeout-ms must be ≥ 0") {
 		t.Errorf("negative timeouts: %v", err)
-	}
-}
-
-// The watchdog's period and tick counts: a timeout T fires between T and T + one period
-// after the wait began when the period divides T.
-func TestEngineConnsTicks(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		first, idle           time.Duration
-		period                time.Duration
-		firstTicks, idleTicks uint64
-	}{
-		{30 * time.Second, 30 * time.Second, time.Second, 31, 31},
-		{time.Second, time.Second, 125 * time.Millisecond, 9, 9},
-		{0, 2 * time.Second, 250 * time.Millisecond, 0, 9},
-		{time.Second, 0, 125 * time.Millisecond, 9, 0},
-		{4 * time.Millisecond, time.Minute, time.Millisecond, 5, 60001},
-		{0, 0, 0, 0, 0},
-	} {
-		w := newEngineConns(nil, tc.first, tc.idle, func(uint32) {})
-		if w.period != tc.period || w.firstTicks != tc.firstTicks || w.idleTicks != tc.idleTicks {
-			t.Errorf("timeouts %v/%v: period %v, ticks %d/%d; want %v, %d/%d", tc.first, tc.idle, w.period, w.firstTicks, w.idleTicks, tc.period, tc.firstTicks, tc.idleTicks)
-		}
 	}
 }

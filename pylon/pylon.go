@@ -27,6 +27,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/engine"
 	"github.com/switchyard/switchyard/pylon/register"
+	"github.com/switchyard/switchyard/pylon/relay"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
 
@@ -53,7 +54,7 @@ type Pylon struct {
 	metrics *pylonMetrics
 
 	client       *fasthttp.HostClient
-	engine       *engineConns // the client's connections: timeouts and shutdown abort
+	engine       *relay.Conns // the client's connections: timeouts and shutdown abort
 	dial         fasthttp.DialFunc
 	clients      *clientConns // the server's connections
 	control      *fasthttp.Client
@@ -118,10 +119,10 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		dial = fasthttp.DialFunc(deps.Dial)
 	}
 	p.dial = dial
-	p.engine = newEngineConns(dial, cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, p.metrics.upstreamTimedOut)
+	p.engine = relay.NewConns(dial, cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, p.metrics.upstreamTimedOut)
 	p.clients = newClientConns()
 	p.client = &fasthttp.HostClient{
-		Addr: u.Host, DialTimeout: p.engine.dialTimeout, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
+		Addr: u.Host, DialTimeout: p.engine.DialTimeout, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
 		MaxIdleConnDuration: 4 * time.Second, NoDefaultUserAgentHeader: true,
 		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
 			// A reused keep-alive connection the engine already closed: safe to resend once.
@@ -409,7 +410,7 @@ func (p *Pylon) Run(ctx context.Context) error {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		p.engine.watch(stopWatch)
+		p.engine.Watch(stopWatch)
 	}()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.server.Serve(p.ln) }()
@@ -609,7 +610,7 @@ func (p *Pylon) stopServing(serveErr <-chan error) error {
 	}
 	ok, err := wait(time.Until(deadline))
 	if !ok {
-		p.log.Warn("drain_timeout_aborting_engine_calls", "inflight", p.inflight.Load(), "engine_connections", p.engine.abort())
+		p.log.Warn("drain_timeout_aborting_engine_calls", "inflight", p.inflight.Load(), "engine_connections", p.engine.Abort())
 		ok, err = wait(abortGrace)
 	}
 	if !ok {
@@ -655,7 +656,7 @@ func (p *Pylon) stopGenerations() {
 func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
 	base := p.cfg.UpstreamBaseURL
 	if p.cfg.EngineStatsStream != engine.ModeOff {
-		// Not on the data path's engineConns: the stats stream is long-lived and may idle.
+		// Not on the data path's relay.Conns: the stats stream is long-lived and may idle.
 		streamClient := &fasthttp.HostClient{Addr: p.upstreamHost, Dial: p.dial, MaxIdleConnDuration: time.Second}
 		connected := p.metrics.gauge(mStreamConnected + `{mode="` + p.cfg.EngineStatsStream + `"}`)
 		s := &engine.StatsStream{

@@ -1,0 +1,258 @@
+package relay
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Why a Conns closed an upstream connection itself (Conns.onAbort, AbortError).
+const (
+	abortNone uint32 = iota
+	AbortFirstOutput
+	AbortStreamIdle
+	AbortShutdown
+)
+
+// AbortError is the error a read on an upstream connection returns once its Conns has
+// closed that connection. The two timeouts report Timeout() == true, so fasthttp's Do
+// returns ErrTimeout for them (and its RetryIfErr never resends the request); a shutdown
+// abort reads like a connection the upstream closed.
+type AbortError uint32
+
+func (e AbortError) Error() string {
+	switch uint32(e) {
+	case AbortFirstOutput:
+		return "the upstream sent no response bytes within the first-output timeout"
+	case AbortStreamIdle:
+		return "the upstream response stalled longer than the stream idle timeout"
+	default:
+		return "upstream call aborted: shutting down"
+	}
+}
+
+// Timeout tells fasthttp (and net.Error users) whether the abort was a timeout.
+func (e AbortError) Timeout() bool { return uint32(e) != AbortShutdown }
+
+// errShuttingDown refuses new connections once Abort has run.
+var errShuttingDown = errors.New("shutting down: no new upstream connections")
+
+// Watchdog granularity: an eighth of the shortest timeout, within [minWatchPeriod, maxWatchPeriod].
+const (
+	minWatchPeriod = time.Millisecond
+	maxWatchPeriod = time.Second
+)
+
+// Conns tracks a proxy's connections to one upstream and bounds every wait for it: the
+// pylon's engine connections (REFERENCE.md §4.6 item 10: first output and stream idle
+// timeouts) and the gateway's pylon connections (§3.6: the wait for an answer only).
+//   - One watchdog goroutine (Watch) ticks every period and closes a connection whose
+//     pending read has waited longer than the first-output timeout (no response bytes
+//     since the request was written) or the stream idle timeout (after the first bytes).
+//     The blocked read then fails: before the response headers fasthttp's Do returns
+//     ErrTimeout (the pylon answers 504, the gateway 502 or fails over); in a relayed stream
+//     the body read fails and the stream is cut.
+//   - Abort (a shutdown past its drain timeout) closes every connection and refuses new
+//     ones, so no handler waits for the upstream any longer.
+//
+// The data path pays two atomic stores and two loads per read: no timer, no clock read, no
+// allocation. Reads stamp themselves with a coarse tick that only the watchdog advances,
+// so a timeout T fires between T and T + 2 periods after the read began (between T and
+// T + 1 period when the period divides T, as with the defaults).
+type Conns struct {
+	dial       fasthttp.DialFuncWithTimeout
+	period     time.Duration
+	firstTicks uint64 // first-output timeout in ticks (0 = none)
+	idleTicks  uint64 // stream idle timeout in ticks (0 = none)
+	onAbort    func(why uint32)
+	tick       atomic.Uint64 // starts at 1: a read stamp of 0 means "not reading"
+
+	closed atomic.Bool // set (under mu) by abort
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	expired []expiredConn // the watchdog's scratch list
+}
+
+type expiredConn struct {
+	c   *conn
+	why uint32
+}
+
+// NewConns wraps dial (nil: fasthttp's TCP dialer). onAbort is called once per
+// connection the watchdog closes, with the reason.
+func NewConns(dial fasthttp.DialFunc, firstOutput, streamIdle time.Duration, onAbort func(why uint32)) *Conns {
+	w := &Conns{conns: map[*conn]struct{}{}, onAbort: onAbort}
+	w.tick.Store(1)
+	if dial != nil {
+		w.dial = func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }
+	} else {
+		w.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			addr = fasthttp.AddMissingPort(addr, false)
+			if timeout > 0 {
+				return fasthttp.DialTimeout(addr, timeout)
+			}
+			return fasthttp.Dial(addr)
+		}
+	}
+	shortest := firstOutput
+	if shortest == 0 || (streamIdle > 0 && streamIdle < shortest) {
+		shortest = streamIdle
+	}
+	if shortest == 0 {
+		return w // no timeouts: no watchdog
+	}
+	w.period = min(max(shortest/8, minWatchPeriod), maxWatchPeriod)
+	// A read stamped s is expired at tick k when k − s ≥ ticks, which guarantees at least
+	// (ticks − 1) periods of waiting: hence the +1.
+	toTicks := func(d time.Duration) uint64 {
+		if d <= 0 {
+			return 0
+		}
+		return uint64((d+w.period-1)/w.period) + 1 //nolint:gosec // d > 0
+	}
+	w.firstTicks, w.idleTicks = toTicks(firstOutput), toTicks(streamIdle)
+	return w
+}
+
+// DialTimeout is the HostClient's DialTimeout.
+func (w *Conns) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if w.closed.Load() {
+		return nil, errShuttingDown
+	}
+	nc, err := w.dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{Conn: nc, w: w}
+	w.mu.Lock()
+	if w.closed.Load() {
+		w.mu.Unlock()
+		_ = nc.Close()
+		return nil, errShuttingDown
+	}
+	w.conns[c] = struct{}{}
+	w.mu.Unlock()
+	return c, nil
+}
+
+// Watch runs the watchdog until stop is closed; it returns at once without timeouts.
+func (w *Conns) Watch(stop <-chan struct{}) {
+	if w.period == 0 {
+		return
+	}
+	t := time.NewTicker(w.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			w.check(w.tick.Add(1))
+		}
+	}
+}
+
+// check closes the connections whose pending read has expired at tick now.
+func (w *Conns) check(now uint64) {
+	w.mu.Lock()
+	for c := range w.conns {
+		since := c.readSince.Load()
+		if since == 0 {
+			continue
+		}
+		limit, why := w.idleTicks, AbortStreamIdle
+		if !c.answered.Load() {
+			limit, why = w.firstTicks, AbortFirstOutput
+		}
+		if limit > 0 && now-since >= limit {
+			w.expired = append(w.expired, expiredConn{c: c, why: why})
+		}
+	}
+	expired := w.expired
+	w.expired = w.expired[:0]
+	w.mu.Unlock()
+	for i, e := range expired {
+		if e.c.abort(e.why) {
+			w.onAbort(e.why)
+		}
+		expired[i] = expiredConn{}
+	}
+}
+
+// Abort closes every connection and refuses new ones (shutdown past the drain
+// timeout). It returns the number of connections closed.
+func (w *Conns) Abort() int {
+	w.mu.Lock()
+	w.closed.Store(true)
+	all := make([]*conn, 0, len(w.conns))
+	for c := range w.conns {
+		all = append(all, c)
+	}
+	w.mu.Unlock()
+	for _, c := range all {
+		c.abort(AbortShutdown)
+	}
+	return len(all)
+}
+
+// Aborted reports whether Abort has run.
+func (w *Conns) Aborted() bool { return w.closed.Load() }
+
+func (w *Conns) remove(c *conn) {
+	w.mu.Lock()
+	delete(w.conns, c)
+	w.mu.Unlock()
+}
+
+// conn is one upstream connection. fasthttp's HostClient uses a connection for one
+// request at a time (write the request, then read the whole response), so a Write marks
+// the start of a request and the first bytes read after it are the upstream's first output.
+type conn struct {
+	net.Conn
+	w         *Conns
+	readSince atomic.Uint64 // tick at which the pending Read began; 0 = no Read pending
+	answered  atomic.Bool   // response bytes arrived since the last request was written
+	why       atomic.Uint32 // set once when the Conns closes the connection
+}
+
+func (c *conn) Write(b []byte) (int, error) {
+	if c.answered.Load() {
+		c.answered.Store(false)
+	}
+	return c.Conn.Write(b) //nolint:wrapcheck // a net.Conn passes its errors through
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	c.readSince.Store(c.w.tick.Load())
+	n, err := c.Conn.Read(b)
+	c.readSince.Store(0)
+	if n > 0 && !c.answered.Load() {
+		c.answered.Store(true)
+	}
+	if err != nil {
+		if why := c.why.Load(); why != abortNone {
+			return n, AbortError(why)
+		}
+	}
+	return n, err //nolint:wrapcheck // a net.Conn passes its errors through
+}
+
+func (c *conn) Close() error {
+	c.w.remove(c)
+	return c.Conn.Close() //nolint:wrapcheck // a net.Conn passes its errors through
+}
+
+// abort closes the connection for reason why; it reports false when it was already
+// aborted.
+func (c *conn) abort(why uint32) bool {
+	if !c.why.CompareAndSwap(abortNone, why) {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
