@@ -29,17 +29,6 @@ func binary(t *testing.T, name string) string {
 	return mocktest.Binary(t, "../cmd/"+name)
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // start runs a binary in its own process group, stopped (SIGTERM, then SIGKILL) at cleanup.
 func start(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -107,7 +96,7 @@ func startFleet(t *testing.T, lbConfig string, backends ...backendSpec) *fleetE2
 
 func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *fleetE2E {
 	t.Helper()
-	gw := freePort(t)
+	gw := mocktest.FreeAddr(t)
 	args := []string{"--http-listen-addr", gw, "--health-probe-interval-ms", "200", "--log-level", "debug"}
 	if lbConfig != "" {
 		p := filepath.Join(t.TempDir(), "lb-config.json")
@@ -119,7 +108,7 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 	start(t, "gateway", args...)
 	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, pylons: map[string]string{}, engines: map[string]string{}}
 	for _, b := range backends {
-		eng, pyl := freePort(t), freePort(t)
+		eng, pyl := mocktest.FreeAddr(t), mocktest.FreeAddr(t)
 		f.engines[b.id], f.pylons[b.id] = eng, pyl
 		start(t, "engine", append([]string{"--http-listen-addr", eng}, b.engineArgs...)...)
 		pargs := []string{

@@ -28,22 +28,11 @@ func engineBinary(t *testing.T) string {
 	return mocktest.Binary(t, "../cmd/engine")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // startEngine runs bin/engine with args until the test ends; it returns the base URL.
 func startEngine(t *testing.T, args ...string) string {
 	t.Helper()
 	bin := engineBinary(t)
-	addr := freeAddr(t)
+	addr := mocktest.FreeAddr(t)
 	cmd := exec.Command(bin, append([]string{"--http-listen-addr", addr, "--log-level", "error"}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 )
 
 func TestMain(m *testing.M) {
@@ -27,18 +27,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"), // process-wide default dialer
 	)
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // The real binary on loopback: stream a chat completion, parse every event, and see the
@@ -52,7 +40,7 @@ func TestLoopbackRealBinary(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	addr := freePort(t)
+	addr := mocktest.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--http-listen-addr", addr, "--num-tokens", "4",

@@ -8,6 +8,7 @@ package mocktest
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,4 +111,18 @@ func removeBinaries() {
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}
+}
+
+// FreeAddr returns a 127.0.0.1:port that was free a moment ago (for a child process to
+// listen on; a race with another process is possible but unlikely).
+func FreeAddr(t *testing.T) string {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }
