@@ -119,8 +119,6 @@ type Registrar struct {
 	failing   bool
 	nextAt    time.Time
 	backoff   time.Duration
-	sends     uint64
-	skipped   uint64 // change-driven sends skipped: the gateway had the state already
 }
 
 // Props returns the props of a registrar for cfg. It stays on protoactor's default
@@ -243,11 +241,9 @@ func (r *Registrar) send(c actor.Context, now time.Time) {
 		case Held:
 			reopen()
 			r.dirty = false
-			r.skipped++
 			r.alarm.Arm(now, r.lastSent.Add(r.cfg.Heartbeat))
 			return
 		case Fresh: // still dirty, the Notifier stays closed: look again one interval later
-			r.skipped++
 			r.alarm.Arm(now, minTime(now.Add(r.cfg.Coalesce), r.lastSent.Add(r.cfg.Heartbeat)))
 			return
 		case NotHeld:
@@ -264,7 +260,6 @@ func (r *Registrar) send(c actor.Context, now time.Time) {
 		return
 	}
 	r.inFlight, r.dirty, r.lastSent = true, false, now
-	r.sends++
 	root, self := c.ActorSystem().Root, c.Self()
 	url := r.cfg.GatewayURL + control.RegistrationPath + r.cfg.ID
 	transport, token := r.deps.Transport, r.cfg.Token
