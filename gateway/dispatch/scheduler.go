@@ -299,42 +299,22 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		return strings.Compare(a, b)
 	})
 	candidates := s.cands[:0]
-	group, resv := s.group[:0], s.resv[:0]
-	flush := func() {
-		if len(group) == 0 {
-			return
-		}
-		c := group[0].ID
-		cluster := s.backends[c].view.ClusterID
-		source, latest := 0, time.Time{}
-		for i := range group {
-			if at := s.backends[group[i].ID].view.UpdatedAt; i == 0 || at.After(latest) {
-				source, latest = i, at
-			}
-		}
-		cand, ok := lb.Aggregate(cluster, group, source)
-		if ok {
-			for _, r := range resv {
-				cand.Load = cand.Load.Reserve(r.tokens, r.priority)
-			}
-			candidates = append(candidates, cand)
-			info := s.clusters[cluster]
-			if info == nil {
-				info = &clusterInfo{}
-				s.clusters[cluster] = info
-			}
-			info.backends = info.backends[:0]
-			for i := range group {
-				info.backends = append(info.backends, group[i].ID)
-			}
-			info.seen, info.stale, info.idx = true, false, len(candidates)-1
-		}
-		group, resv = group[:0], resv[:0]
-	}
 	for _, info := range s.clusters {
 		info.seen = false
 	}
-	prev := ""
+	var (
+		cluster string
+		info    *clusterInfo
+	)
+	flush := func() {
+		if info == nil {
+			return
+		}
+		if cand, ok := s.clusterCandidate(cluster, info.backends); ok {
+			candidates = append(candidates, cand)
+			info.seen, info.stale, info.idx = true, false, len(candidates)-1
+		}
+	}
 	for _, id := range s.order {
 		b := s.backends[id]
 		if len(b.reservations) > 0 && now.Sub(b.reservations[0].at) > ReservationTTL {
@@ -343,16 +323,20 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		if !b.view.Routable() {
 			continue
 		}
-		if b.view.ClusterID != prev {
+		if info == nil || b.view.ClusterID != cluster {
 			flush()
-			prev = b.view.ClusterID
+			cluster = b.view.ClusterID
+			if info = s.clusters[cluster]; info == nil {
+				info = &clusterInfo{}
+				s.clusters[cluster] = info
+			}
+			info.backends = info.backends[:0]
 		}
-		group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
-		resv = append(resv, b.reservations...)
+		info.backends = append(info.backends, id)
 	}
 	flush()
 	clear(candidates[len(candidates):cap(candidates)]) // drop stale load slices
-	s.group, s.resv, s.cands = group, resv[:0], candidates
+	s.cands = candidates
 	for c, info := range s.clusters {
 		if !info.seen {
 			delete(s.clusters, c)
@@ -371,28 +355,33 @@ const fullRebuildEvery = time.Second
 // refreshStale re-aggregates the stale clusters' candidates in place; the candidate set,
 // its order and the snapshot's membership are unchanged.
 func (s *Scheduler) refreshStale() {
-	cands := s.snapBuf.Candidates
 	for _, c := range s.stale {
 		info := s.clusters[c]
 		info.stale = false
-		group, resv := s.group[:0], s.resv[:0]
-		source, latest := 0, time.Time{}
-		for i, id := range info.backends {
-			b := s.backends[id]
-			group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
-			resv = append(resv, b.reservations...)
-			if at := b.view.UpdatedAt; i == 0 || at.After(latest) {
-				source, latest = i, at
-			}
-		}
-		cand, _ := lb.Aggregate(c, group, source)
-		for _, r := range resv {
-			cand.Load = cand.Load.Reserve(r.tokens, r.priority)
-		}
-		cands[info.idx] = cand
-		s.group, s.resv = group, resv[:0]
+		s.snapBuf.Candidates[info.idx], _ = s.clusterCandidate(c, info.backends)
 	}
 	s.stale = s.stale[:0]
+}
+
+// clusterCandidate aggregates the routable backends ids of cluster (latest-wins from the
+// most recently updated one, REFERENCE.md §1.12) and applies their live reservations.
+func (s *Scheduler) clusterCandidate(cluster string, ids []string) (lb.Candidate, bool) {
+	group, resv := s.group[:0], s.resv[:0]
+	source, latest := 0, time.Time{}
+	for i, id := range ids {
+		b := s.backends[id]
+		group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
+		resv = append(resv, b.reservations...)
+		if at := b.view.UpdatedAt; i == 0 || at.After(latest) {
+			source, latest = i, at
+		}
+	}
+	cand, ok := lb.Aggregate(cluster, group, source)
+	for _, r := range resv {
+		cand.Load = cand.Load.Reserve(r.tokens, r.priority)
+	}
+	s.group, s.resv = group, resv[:0]
+	return cand, ok
 }
 
 // balancer returns the instance for entry e (per-target state, created on first use).
