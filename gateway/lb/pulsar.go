@@ -109,6 +109,18 @@ func (k *ranker) rank(s *Snapshot, key string) []int32 {
 	return out
 }
 
+// eligible reports whether a ranked candidate may serve r: not excluded and, with
+// considerKV, KV-feasible; kvSkipped says it was passed over for KV alone.
+func eligible(c *Candidate, r *Request, considerKV bool) (ok, kvSkipped bool) {
+	if r.IsExcluded(c.ClusterID) {
+		return false, false
+	}
+	if considerKV && !kvFeasible(&c.Load, r.InputTokens) {
+		return false, true
+	}
+	return true, false
+}
+
 // kvFeasible is pulsar's KV check: the request has input, the cluster reports KV figures
 // and has at least that many free tokens.
 func kvFeasible(l *load.Load, inputTokens uint64) bool {
@@ -133,12 +145,9 @@ func (b *pulsar) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 	ranking := b.ranker.rank(s, r.AffinityKey)
 	kvSkipped := false
 	for pos, idx := range ranking {
-		c := &s.Candidates[idx]
-		if r.IsExcluded(c.ClusterID) {
-			continue
-		}
-		if b.considerKV && !kvFeasible(&c.Load, r.InputTokens) {
-			kvSkipped = true
+		ok, kv := eligible(&s.Candidates[idx], r, b.considerKV)
+		kvSkipped = kvSkipped || kv
+		if !ok {
 			continue
 		}
 		d := Selected(int(idx), pos+1)
@@ -186,12 +195,9 @@ func (b *pulsarWaitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Durati
 		end := min(start+width, len(ranking))
 		band := b.band[:0]
 		for _, idx := range ranking[start:end] {
-			c := &s.Candidates[idx]
-			if r.IsExcluded(c.ClusterID) {
-				continue
-			}
-			if b.considerKV && !kvFeasible(&c.Load, r.InputTokens) {
-				kvSkipped = true
+			ok, kv := eligible(&s.Candidates[idx], r, b.considerKV)
+			kvSkipped = kvSkipped || kv
+			if !ok {
 				continue
 			}
 			band = append(band, idx)
