@@ -171,6 +171,7 @@ type Gateway struct {
 	stopWatch, watchDone chan struct{}
 	fleet                *fleet.Fleet
 	lbcfg                atomic.Pointer[lbconfig.Config]
+	lastResolved         atomic.Pointer[resolved]
 	lbMtime              time.Time
 	metrics              *gatewayMetrics
 	server               *fasthttp.Server
@@ -226,6 +227,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		ReadBufferSize:        16 << 10,
 		NoDefaultServerHeader: true,
 		ErrorHandler:          g.serverError,
+		ConnState:             g.connState,
 		CloseOnShutdown:       true,
 		Logger:                slogPrinter{g.log},
 	}
@@ -271,7 +273,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 }
 
 // Serve serves on ln until Shutdown.
-func (g *Gateway) Serve(ln net.Listener) error { return g.server.Serve(ln) }
+func (g *Gateway) Serve(ln net.Listener) error { return g.server.Serve(clientListener{ln}) }
 
 // Run listens on the configured address and serves until ctx is done, then shuts down
 // gracefully: /readyz turns 503, in-flight requests and streams drain up to DrainTimeout.

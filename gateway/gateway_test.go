@@ -449,3 +449,37 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 		}
 	})
 }
+
+// A buffered answer's load report and metrics are applied once the answer is written
+// (deferred off the request's path), and none is lost: the next request on the same
+// connection, and any reader after that, sees them.
+func TestDeferredAfterAnswerIsApplied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, "")
+		p := h.pylon("p1", "c1", idleLoad(), nil)
+		h.register(p)
+		p.mu.Lock()
+		p.load.QueuedInputTokens, p.load.RunningRequests = 4321, 3
+		p.mu.Unlock()
+		for range 3 {
+			if r := h.chat(nil); r.status != 200 {
+				t.Fatalf("chat: %d %s", r.status, r.body)
+			}
+		}
+		synctest.Wait()
+		if st := h.do("GET", "/debug/state", nil, nil).body; !strings.Contains(st, `"queued_input_size": 4321`) {
+			t.Errorf("the reported load did not reach the backend's view: %s", st)
+		}
+		m := h.do("GET", "/metrics", nil, nil).body
+		for _, want := range []string{
+			`switchyard_requests_total{routing_key="",model="m",inference_server_id="p1",status="200"} 3`,
+			`switchyard_proxy_attempts_total{routing_key="",model="m",inference_server_id="p1",result="upstream_200"} 3`,
+			`switchyard_routing_selections_total{routing_key="",model="m",algorithm="power-of-n",selection="primary"} 3`,
+			`switchyard_gateway_overhead_seconds_count{model="m"} 3`,
+		} {
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+}

@@ -209,13 +209,14 @@ func (m *gatewayMetrics) inc(name string, kv ...string) {
 	c.Inc()
 }
 
-// Selected implements dispatch.Observer.
-func (m *gatewayMetrics) Selected(t dispatch.Target, algorithm string, rank int, kvSkipped bool, routing time.Duration) {
+// selected counts a grant of t: its algorithm, primary or fallback, a KV-free-token
+// fallback, and the routing time of a request's first grant (routing < 0: a retry's).
+func (ts *targetSeries) selected(algorithm string, rank int, kvSkipped bool, routing time.Duration) {
 	selection := "primary"
 	if rank > 1 {
 		selection = "fallback"
 	}
-	ts := m.target(t)
+	m, t := ts.m, ts.t
 	k := selectionKey{algorithm: algorithm, fallback: rank > 1}
 	c, ok := ts.selections.Load(k)
 	if !ok {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
 // hopByHop headers are never forwarded in either direction.
@@ -117,6 +118,10 @@ const routeGrace = 5 * time.Second
 
 // attemptState is the retry bookkeeping of one request (REFERENCE.md §3.5).
 type attemptState struct {
+	// after holds work deferred until the answer is written; deferred says the connection
+	// runs it (otherwise the handler does before returning).
+	after          *afterResponse
+	deferred       bool
 	connectRetries int
 	requestRetries int
 	lastReason     string
@@ -144,24 +149,22 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	// Stream the response only when the request may ask for a stream: a plain JSON answer
 	// is read whole (fewer allocations and copies), up to maxBufferedResponse.
 	rt.mayStream = bytes.Contains(body, streamKey)
-	target := dispatch.Target{RoutingKey: rt.routingKey, Model: rt.model}
-	entry, err := g.lbcfg.Load().Resolve(rt.model, rt.method, rt.hasMethod)
+	r, err := g.resolve(&rt)
 	if err != nil {
 		writeError(ctx, fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, control.HeaderRoutingMethod, err))
 		return
 	}
-	if entry.RequireCacheAffinityKey && rt.affinityKey == "" {
-		writeError(ctx, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, entry.Algorithm, control.HeaderCacheAffinityKey))
+	if r.entry.RequireCacheAffinityKey && rt.affinityKey == "" {
+		writeError(ctx, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, r.entry.Algorithm, control.HeaderCacheAffinityKey))
 		return
 	}
-	pid := g.dir.Lookup(target)
+	pid, ts, target := r.pid, r.ts, r.target
 	if pid == nil {
 		// Never registered: counted under empty labels so request-chosen model names
 		// cannot grow the series set.
 		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", routingError(404, "no_eligible_candidates"))
 		return
 	}
-	ts := g.metrics.target(target)
 	ts.replay.Update(float64(len(body)))
 	h := &ctx.Request.Header
 	stripRequest(h)
@@ -176,10 +179,16 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	}
 	p := g.pending.Acquire(arrival)
 	defer g.pending.Release(p)
-	p.Entry = entry
+	p.Entry = r.entry
 	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
 	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
-	var st attemptState
+	st := attemptState{after: afterFor(ctx)}
+	if st.after != nil {
+		st.deferred = true
+		st.after.run(g) // nothing is left from an earlier answer, but never lose it
+	} else {
+		st.after = new(afterResponse)
+	}
 	for {
 		out := g.await(ctx, pid, p)
 		switch out.Kind {
@@ -195,16 +204,55 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			return
 		default:
 		}
+		st.after.setSelection(ts, p.Entry.Algorithm.String(), &out)
+		if !st.deferred {
+			st.after.runSelection()
+		}
 		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
 		if final != nil {
 			g.finish(ctx, ts, out.BackendID, final)
 			return
 		}
 		if !retry {
-			ts.request(out.BackendID, ctx.Response.StatusCode())
+			a := st.after
+			a.request, a.reqTS, a.backend, a.reqCode = true, ts, out.BackendID, ctx.Response.StatusCode()
+			if !st.deferred {
+				a.run(g)
+			}
 			return
 		}
 	}
+}
+
+// resolved is a request's routing target resolved: its lb-config entry, scheduler and
+// metric series. The last one resolved is kept (most traffic names the same few targets),
+// so a repeat costs a few string comparisons instead of three map lookups.
+type resolved struct {
+	cfg       *lbconfig.Config
+	method    string
+	hasMethod bool
+	target    dispatch.Target
+	entry     lbconfig.Entry
+	pid       *actor.PID // nil: the target was never registered (not kept)
+	ts        *targetSeries
+}
+
+func (g *Gateway) resolve(rt *routing) (*resolved, error) {
+	cfg := g.lbcfg.Load()
+	if r := g.lastResolved.Load(); r != nil && r.cfg == cfg && r.target.Model == rt.model && r.target.RoutingKey == rt.routingKey &&
+		r.hasMethod == rt.hasMethod && r.method == rt.method {
+		return r, nil
+	}
+	entry, err := cfg.Resolve(rt.model, rt.method, rt.hasMethod)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // wrapped by the caller
+	}
+	r := &resolved{cfg: cfg, method: rt.method, hasMethod: rt.hasMethod, target: dispatch.Target{RoutingKey: rt.routingKey, Model: rt.model}, entry: entry}
+	if r.pid = g.dir.Lookup(r.target); r.pid != nil {
+		r.ts = g.metrics.target(r.target)
+		g.lastResolved.Store(r)
+	}
+	return r, nil
 }
 
 // finish writes a gateway-generated error and counts the request.
@@ -273,32 +321,31 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		return false, fmt.Errorf("%w: backend %s: %w", ErrUpstreamError, b.ID, err)
 	}
 	status := ctx.Response.StatusCode()
-	bs := ts.backend(b.ID)
 	end := g.deps.Now()
-	bs.proxyDuration.Update(end.Sub(start).Seconds())
-	ts.attempt(bs, b.ID, status)
 	var rs responseScan
 	rs.scan(&ctx.Response.Header)
-	if v := rs.load; v != nil {
-		if r, err := parseLoadReport(v, t.Model); err == nil {
-			g.fleet.ReportLoad(b, &r, end)
-			g.metrics.loadApplied.Inc()
-		} else {
-			g.metrics.inc(mLoadReports, "result", "invalid")
-		}
-	}
+	ar := st.after
+	ar.setAttempt(ts, ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
 	if reason, ok := g.retryable(&ctx.Response, status); ok {
+		exhausted := ""
+		switch {
+		case !g.budgetLeft(p, rt):
+			exhausted = "retry_budget_exhausted"
+		case st.requestRetries >= g.cfg.MaxRequestRetries:
+			exhausted = reason
+		default:
+		}
+		if exhausted != "" {
+			ar.overhead = max(start.Sub(p.Arrival), 0) // this attempt's answer is final
+		}
+		// The load report reaches the scheduler before this request is routed again.
+		ar.runAttempt(g)
 		mismatch := reason == control.RetryQueueEstimateMismatch
 		if mismatch {
 			g.release(pid, out)
 		}
 		st.lastReason = reason
-		switch {
-		case !g.budgetLeft(p, rt):
-			g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", "retry_budget_exhausted")
-		case st.requestRetries >= g.cfg.MaxRequestRetries:
-			g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
-		default:
+		if exhausted == "" {
 			st.requestRetries++
 			p.Failures++
 			p.FailedBackends = append(p.FailedBackends, b.ID)
@@ -312,6 +359,13 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 			ctx.Response.Reset()
 			return true, nil
 		}
+		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", exhausted)
+	} else {
+		ar.overhead = max(start.Sub(p.Arrival), 0)
+		if !st.deferred || ctx.Response.IsBodyStream() {
+			// A stream may last minutes: its load report applies now.
+			ar.runAttempt(g)
+		}
 	}
 	rh := &ctx.Response.Header
 	rs.strip(rh)
@@ -321,7 +375,6 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	if ctx.Response.IsBodyStream() && bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("text/event-stream")) {
 		ctx.Response.ImmediateHeaderFlush = true
 	}
-	ts.overhead.Update(max(start.Sub(p.Arrival), 0).Seconds())
 	return false, nil
 }
 

@@ -99,6 +99,8 @@ type Outcome struct {
 	HasExpected     bool
 	RankDepth       int
 	KVSkipped       bool
+	// Routing is the time from arrival to this first grant (< 0 for a retry's grant).
+	Routing time.Duration
 	// Rejected
 	Status int    // HTTP status
 	Code   string // x-stargate-error-code / error.code

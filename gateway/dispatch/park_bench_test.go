@@ -14,9 +14,8 @@ import (
 
 type nopObserver struct{}
 
-func (nopObserver) Selected(dispatch.Target, string, int, bool, time.Duration) {}
-func (nopObserver) Rejected(dispatch.Target, string)                           {}
-func (nopObserver) Parked(dispatch.Target, int)                                {}
+func (nopObserver) Rejected(dispatch.Target, string) {}
+func (nopObserver) Parked(dispatch.Target, int)      {}
 
 func heapAlloc() uint64 {
 	runtime.GC()

@@ -29,9 +29,9 @@ const (
 )
 
 // Observer receives the scheduler's routing events (metrics); implementations must be
-// cheap and safe for concurrent use.
+// cheap and safe for concurrent use. Selections are counted by the requests themselves
+// from their Outcome (after the answer is written, off the scheduler).
 type Observer interface {
-	Selected(t Target, algorithm string, rankDepth int, kvSkipped bool, routing time.Duration)
 	Rejected(t Target, reason string)
 	Parked(t Target, delta int)
 }
@@ -154,6 +154,7 @@ func (s *Scheduler) Receive(c actor.Context) {
 	case *BackendChanged:
 		s.applyView(&m.View)
 		m.release()
+		s.refreshNow()
 		s.changed(c)
 	case BackendRemoved:
 		if _, ok := s.backends[m.ID]; ok {
@@ -166,6 +167,7 @@ func (s *Scheduler) Receive(c actor.Context) {
 		if b, ok := s.backends[m.BackendID]; ok {
 			b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return r.seq == m.Seq })
 			s.touch(&b.view)
+			s.refreshNow()
 			s.changed(c)
 		}
 	case stateRequest:
@@ -354,6 +356,16 @@ const fullRebuildEvery = time.Second
 
 // refreshStale re-aggregates the stale clusters' candidates in place; the candidate set,
 // its order and the snapshot's membership are unchanged.
+// refreshNow re-aggregates the clusters a report or a release changed right away, so the
+// next decision finds its snapshot current (a report arrives after its answer has been
+// written: this work is off every request's path; a decision only refreshes the cluster
+// its own previous grant touched when no report came in between).
+func (s *Scheduler) refreshNow() {
+	if !s.dirty && s.snapshot != nil && len(s.stale) > 0 {
+		s.refreshStale()
+	}
+}
+
 func (s *Scheduler) refreshStale() {
 	for _, c := range s.stale {
 		info := s.clusters[c]
@@ -534,11 +546,10 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	}
 	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: p.Req.InputTokens, priority: p.Req.Priority, at: p.Arrival.Add(elapsed)})
 	s.touch(&b.view)
-	routing := time.Duration(-1)
+	out.Routing = -1
 	if !p.routed {
-		p.routed, routing = true, elapsed
+		p.routed, out.Routing = true, elapsed
 	}
-	s.deps.Observer.Selected(s.target, p.Entry.Algorithm.String(), d.RankDepth, d.KVSkipped, routing)
 	p.Mailbox <- out
 }
 

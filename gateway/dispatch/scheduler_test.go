@@ -21,15 +21,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type countingObserver struct {
 	mu       sync.Mutex
-	selected []int
 	rejected []string
 	parked   int
-}
-
-func (o *countingObserver) Selected(_ dispatch.Target, _ string, rank int, _ bool, _ time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.selected = append(o.selected, rank)
 }
 
 func (o *countingObserver) Rejected(_ dispatch.Target, reason string) {

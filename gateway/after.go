@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/fleet"
+)
+
+// Work a buffered (non-streamed) answer does not need before the client has it — applying
+// the pylon's load report and counting the attempt and the request — is deferred until
+// fasthttp has written the response: fasthttp calls Server.ConnState with StateIdle (or
+// StateClosed) on the connection's serving goroutine after the flush, and the hook runs
+// the connection's pending work there. The next request on that connection therefore
+// always sees it applied; other connections see it a write later. Streamed answers and
+// retried attempts apply the load report at once (the scheduler needs it before the next
+// attempt, and a stream may last minutes).
+
+var errNoSyscallConn = errors.New("the connection has no socket")
+
+// clientListener wraps accepted connections in *clientConn.
+type clientListener struct{ net.Listener }
+
+func (l clientListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the listener's own error, as fasthttp expects
+	}
+	return &clientConn{Conn: c}, nil
+}
+
+// clientConn is an accepted client connection and the work its last answer deferred.
+type clientConn struct {
+	net.Conn
+	after afterResponse
+}
+
+// SyscallConn exposes the socket (clientGone peeks it).
+func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNoSyscallConn
+	}
+	return sc.SyscallConn() //nolint:wrapcheck // a pass-through
+}
+
+// afterResponse is one answer's deferred work: its load report (copied) and its metrics.
+type afterResponse struct {
+	// attempt: the backend that answered and what it reported.
+	attempt  bool
+	b        *fleet.Backend
+	model    string
+	load     []byte // the x-pylon-load value, copied; nil when absent
+	hasLoad  bool
+	at       time.Time
+	ts       *targetSeries
+	bs       *backendSeries
+	status   int
+	proxy    time.Duration
+	overhead time.Duration // arrival to the upstream call; < 0: not recorded (retried)
+	// selection: the grant's count.
+	selection bool
+	selTS     *targetSeries
+	algorithm string
+	rank      int
+	kvSkipped bool
+	routing   time.Duration
+	// request: the finished request's count.
+	request bool
+	reqTS   *targetSeries
+	backend string
+	reqCode int
+}
+
+// setAttempt records an attempt's answer. load aliases the response header and is copied.
+func (a *afterResponse) setAttempt(ts *targetSeries, bs *backendSeries, b *fleet.Backend, status int, load []byte, at time.Time, proxy time.Duration) {
+	a.attempt, a.ts, a.bs, a.b, a.model, a.status, a.at, a.proxy, a.overhead = true, ts, bs, b, ts.t.Model, status, at, proxy, -1
+	a.hasLoad = load != nil
+	a.load = append(a.load[:0], load...)
+}
+
+// setSelection records a grant; one still pending from an earlier attempt is counted first.
+func (a *afterResponse) setSelection(ts *targetSeries, algorithm string, out *dispatch.Outcome) {
+	a.runSelection()
+	a.selection, a.selTS, a.algorithm, a.rank, a.kvSkipped, a.routing = true, ts, algorithm, out.RankDepth, out.KVSkipped, out.Routing
+}
+
+func (a *afterResponse) runSelection() {
+	if a.selection {
+		a.selection = false
+		a.selTS.selected(a.algorithm, a.rank, a.kvSkipped, a.routing)
+		a.selTS = nil
+	}
+}
+
+// runAttempt applies the recorded attempt: the load report, then its metrics.
+func (a *afterResponse) runAttempt(g *Gateway) {
+	if !a.attempt {
+		return
+	}
+	a.attempt = false
+	if a.hasLoad {
+		if r, err := parseLoadReport(a.load, a.model); err == nil {
+			g.fleet.ReportLoad(a.b, &r, a.at)
+			g.metrics.loadApplied.Inc()
+		} else {
+			g.metrics.inc(mLoadReports, "result", "invalid")
+		}
+	}
+	a.bs.proxyDuration.Update(a.proxy.Seconds())
+	a.ts.attempt(a.bs, a.b.ID, a.status)
+	if a.overhead >= 0 {
+		a.ts.overhead.Update(a.overhead.Seconds())
+	}
+	a.b, a.ts, a.bs = nil, nil, nil
+}
+
+// run applies everything pending.
+func (a *afterResponse) run(g *Gateway) {
+	a.runSelection()
+	a.runAttempt(g)
+	if a.request {
+		a.request = false
+		a.reqTS.request(a.backend, a.reqCode)
+		a.reqTS = nil
+	}
+}
+
+// afterFor returns the deferred-work slot of ctx's connection, or nil when the connection
+// has none (served through ServeConn, not Serve): the caller then applies work at once.
+func afterFor(ctx *fasthttp.RequestCtx) *afterResponse {
+	if cc, ok := ctx.Conn().(*clientConn); ok {
+		return &cc.after
+	}
+	return nil
+}
+
+// connState runs a connection's deferred work once its answer has been written.
+func (g *Gateway) connState(nc net.Conn, st fasthttp.ConnState) {
+	if st != fasthttp.StateIdle && st != fasthttp.StateClosed {
+		return
+	}
+	if cc, ok := nc.(*clientConn); ok {
+		cc.after.run(g)
+	}
+}
