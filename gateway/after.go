@@ -63,6 +63,9 @@ type afterResponse struct {
 	status   int
 	proxy    time.Duration
 	overhead time.Duration // arrival to the upstream call; < 0: not recorded (retried)
+	// replay: the request body's size.
+	replayTS    *targetSeries
+	replayBytes int
 	// selection: the grant's count.
 	selection bool
 	selTS     *targetSeries
@@ -122,6 +125,10 @@ func (a *afterResponse) runAttempt(g *Gateway) {
 
 // run applies everything pending.
 func (a *afterResponse) run(g *Gateway) {
+	if a.replayTS != nil {
+		a.replayTS.replay.Update(float64(a.replayBytes))
+		a.replayTS = nil
+	}
 	a.runSelection()
 	a.runAttempt(g)
 	if a.request {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -71,6 +72,8 @@ type targetSeries struct {
 	routing    *metrics.PrometheusHistogram
 	selections sync.Map // selectionKey → *metrics.Counter
 	backends   sync.Map // backend id → *backendSeries
+	// lastBackend is the last one looked up (one backend per target is common).
+	lastBackend atomic.Pointer[backendSeries]
 }
 
 type selectionKey struct {
@@ -81,6 +84,7 @@ type selectionKey struct {
 // backendSeries are the series of a target's requests served by one backend; the
 // success-path counters (status 200) are resolved once.
 type backendSeries struct {
+	id            string
 	proxyDuration *metrics.PrometheusHistogram
 	attempts200   *metrics.Counter
 	requests200   *metrics.Counter
@@ -104,11 +108,16 @@ func (m *gatewayMetrics) target(t dispatch.Target) *targetSeries {
 
 // backend returns the series of t's requests served by backend id.
 func (ts *targetSeries) backend(id string) *backendSeries {
+	if bs := ts.lastBackend.Load(); bs != nil && bs.id == id {
+		return bs
+	}
 	if bs, ok := ts.backends.Load(id); ok {
+		ts.lastBackend.Store(bs.(*backendSeries))
 		return bs.(*backendSeries)
 	}
 	m, t := ts.m, ts.t
 	bs := &backendSeries{
+		id:            id,
 		proxyDuration: m.set.GetOrCreatePrometheusHistogramExt(m.series(mProxyDuration, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id), proxyBuckets),
 		attempts200:   m.set.GetOrCreateCounter(m.series(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "result", "upstream_200")),
 		requests200:   m.set.GetOrCreateCounter(m.series(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "status", "200")),

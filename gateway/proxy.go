@@ -100,6 +100,9 @@ var (
 	hdrServerID        = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerID)
 	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerURL)
 	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderClusterID)
+	hdrRequestID       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderRequestID)
+	hdrModel           = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderModel)
+	hdrInputTokens     = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInputTokens)
 )
 
 // streamKey marks request bodies that may ask for a streamed response.
@@ -165,17 +168,17 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", routingError(404, "no_eligible_candidates"))
 		return
 	}
-	ts.replay.Update(float64(len(body)))
 	h := &ctx.Request.Header
 	stripRequest(h)
 	if rt.requestIDIsNew {
-		h.Set(control.HeaderRequestID, rt.requestID)
+		h.SetCanonical(hdrRequestID, unsafe.Slice(unsafe.StringData(rt.requestID), len(rt.requestID)))
 	}
 	if rt.modelFromBody {
-		h.Set(control.HeaderModel, rt.model)
+		h.SetCanonical(hdrModel, unsafe.Slice(unsafe.StringData(rt.model), len(rt.model)))
 	}
 	if rt.estimated {
-		h.Set(control.HeaderInputTokens, strconv.FormatUint(rt.inputTokens, 10))
+		var num [20]byte
+		h.SetCanonical(hdrInputTokens, strconv.AppendUint(num[:0], rt.inputTokens, 10))
 	}
 	p := g.pending.Acquire(arrival)
 	defer g.pending.Release(p)
@@ -188,7 +191,9 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		st.after.run(g) // nothing is left from an earlier answer, but never lose it
 	} else {
 		st.after = new(afterResponse)
+		defer st.after.run(g)
 	}
+	st.after.replayTS, st.after.replayBytes = ts, len(body)
 	for {
 		out := g.await(ctx, pid, p)
 		switch out.Kind {
@@ -205,9 +210,6 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		default:
 		}
 		st.after.setSelection(ts, p.Entry.Algorithm.String(), &out)
-		if !st.deferred {
-			st.after.runSelection()
-		}
 		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
 		if final != nil {
 			g.finish(ctx, ts, out.BackendID, final)
@@ -216,9 +218,6 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		if !retry {
 			a := st.after
 			a.request, a.reqTS, a.backend, a.reqCode = true, ts, out.BackendID, ctx.Response.StatusCode()
-			if !st.deferred {
-				a.run(g)
-			}
 			return
 		}
 	}
