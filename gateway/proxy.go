@@ -182,7 +182,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	}
 	p := g.pending.Acquire(arrival)
 	defer g.pending.Release(p)
-	p.Entry = r.entry
+	p.Entry = &r.entry // r is immutable
 	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
 	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
 	st := attemptState{after: afterFor(ctx)}

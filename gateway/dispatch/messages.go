@@ -92,7 +92,6 @@ type Outcome struct {
 	Kind OutcomeKind
 	// Granted
 	BackendID       string
-	BackendURL      string
 	ClusterID       string
 	Seq             uint64
 	ExpectedQueueMs uint64
@@ -113,7 +112,9 @@ type Outcome struct {
 type Pending struct {
 	Arrival time.Time
 	Req     lb.Request
-	Entry   lbconfig.Entry
+	// Entry is the request's algorithm definition; it must not change once routed (the
+	// scheduler recognises a repeat by the pointer).
+	Entry *lbconfig.Entry
 	// MaxWait is x-max-wait-ms (capped); HasMaxWait says whether the header was sent.
 	MaxWait    time.Duration
 	HasMaxWait bool

@@ -42,7 +42,8 @@ func BenchmarkPark(b *testing.B) {
 		ps := make([]*dispatch.Pending, n)
 		for i := range ps {
 			p := dispatch.NewPending(time.Now())
-			p.Entry = waw()
+			e := waw()
+			p.Entry = &e
 			p.Req.InputTokens = 100
 			p.MaxWait, p.HasMaxWait = time.Minute, true
 			ps[i] = p

@@ -44,7 +44,7 @@ func BenchmarkReportThenRoute(b *testing.B) {
 				v.UpdatedAt = time.Now()
 				sys.Root.Send(pid, dispatch.NewBackendChanged(v))
 				p := pp.Acquire(time.Now())
-				p.Entry = e
+				p.Entry = &e
 				p.Req.InputTokens = 100
 				sys.Root.Send(pid, dispatch.Route{P: p})
 				out := <-p.Mailbox

@@ -95,6 +95,7 @@ type Scheduler struct {
 	group        []lb.Backend   // scratch for aggregation
 	balancers    map[lbconfig.Entry]lb.Balancer
 	lastEntry    lbconfig.Entry
+	lastEntryPtr *lbconfig.Entry
 	lastBalancer lb.Balancer
 	rng          *rand.Rand
 	parked       parkHeap
@@ -397,11 +398,16 @@ func (s *Scheduler) clusterCandidate(cluster string, ids []string) (lb.Candidate
 }
 
 // balancer returns the instance for entry e (per-target state, created on first use).
-func (s *Scheduler) balancer(e lbconfig.Entry) (lb.Balancer, error) {
-	e.Name = ""
+func (s *Scheduler) balancer(ep *lbconfig.Entry) (lb.Balancer, error) {
 	// Nearly every request of a target uses the same entry: compare with the last one
-	// before hashing the whole entry as a map key.
+	// (by pointer, then by value) before hashing the whole entry as a map key.
+	if s.lastBalancer != nil && ep == s.lastEntryPtr {
+		return s.lastBalancer, nil
+	}
+	e := *ep
+	e.Name = ""
 	if s.lastBalancer != nil && e == s.lastEntry {
+		s.lastEntryPtr = ep
 		return s.lastBalancer, nil
 	}
 	b, ok := s.balancers[e]
@@ -412,7 +418,7 @@ func (s *Scheduler) balancer(e lbconfig.Entry) (lb.Balancer, error) {
 		}
 		s.balancers[e] = b
 	}
-	s.lastEntry, s.lastBalancer = e, b
+	s.lastEntry, s.lastEntryPtr, s.lastBalancer = e, ep, b
 	return b, nil
 }
 
@@ -435,8 +441,8 @@ func (s *Scheduler) try(p *Pending) {
 			return
 		}
 		snap := s.snap(now)
-		if len(snap.Candidates) > 0 {
-			switch lb.Admit(snap, &p.Req, p.Entry) {
+		if len(snap.Candidates) > 0 && p.Entry.HasMaxInputWork {
+			switch lb.Admit(snap, &p.Req, *p.Entry) {
 			case lb.InputWorkLimitExceeded:
 				s.reject(p, Outcome{Status: 503, Code: "input_work_limit_exceeded", Reason: "input_work_limit_exceeded"})
 				return
@@ -535,7 +541,7 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb.Decision, elapsed time.Duration) {
 	b := s.backends[backendID]
 	out := Outcome{
-		Kind: OutcomeGranted, BackendID: backendID, BackendURL: b.view.URL, ClusterID: cand.ClusterID,
+		Kind: OutcomeGranted, BackendID: backendID, ClusterID: cand.ClusterID,
 		RankDepth: d.RankDepth, KVSkipped: d.KVSkipped,
 	}
 	if q := cand.Load.EffectiveQueue(p.Req.Priority); q.IsFinite() {

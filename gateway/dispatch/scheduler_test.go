@@ -70,7 +70,7 @@ func (f *fixture) backend(id string, rtt time.Duration, l load.Load, seqEcho uin
 
 func (f *fixture) route(e lbconfig.Entry, tokens uint64, mod func(*dispatch.Pending)) *dispatch.Pending {
 	p := dispatch.NewPending(time.Now())
-	p.Entry = e
+	p.Entry = &e
 	p.Req.InputTokens = tokens
 	if mod != nil {
 		mod(p)
@@ -289,7 +289,7 @@ func TestRoundRobinStatePerTarget(t *testing.T) {
 		rr := lbconfig.DefaultEntry(lbconfig.RoundRobin)
 		next := func(tg dispatch.Target) string {
 			p := dispatch.NewPending(time.Now())
-			p.Entry = rr
+			p.Entry = &rr
 			sys.Root.Send(dir.Lookup(tg), dispatch.Route{P: p})
 			return (<-p.Mailbox).BackendID
 		}
@@ -305,7 +305,7 @@ func TestRoundRobinStatePerTarget(t *testing.T) {
 		alias := rr
 		alias.Name = "round_robin"
 		p := dispatch.NewPending(time.Now())
-		p.Entry = alias
+		p.Entry = &alias
 		sys.Root.Send(dir.Lookup(targets[1]), dispatch.Route{P: p})
 		if id := (<-p.Mailbox).BackendID; id != "c2" {
 			t.Errorf("override of the configured algorithm restarted the sequence: %s, want c2", id)
