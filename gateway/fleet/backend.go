@@ -21,6 +21,8 @@ type (
 		report control.LoadReport
 		at     time.Time
 	}
+	// reportReady says the backend's report slot holds a report (see Fleet.ReportLoad).
+	reportReady  struct{}
 	rttMeasured  struct{ rtt time.Duration }
 	deregistered struct{}
 	// stateRequest asks for the backend's State (debug, /v1/models, scrape-time metrics).
@@ -38,6 +40,7 @@ type modelView struct {
 	generation uint64
 	stats      control.Stats
 	view       dispatch.BackendView
+	scheduler  *actor.PID // the model's scheduler, once known (targets are never removed)
 }
 
 // backendActor owns one backend's state.
@@ -68,6 +71,10 @@ func (a *backendActor) Receive(c actor.Context) {
 		a.onLoad(m)
 		*m = loadReported{}
 		reportPool.Put(m)
+	case reportReady:
+		if m, ok := a.b.takeReport(); ok {
+			a.onLoad(&m)
+		}
 	case rttMeasured:
 		a.rtt, a.hasRTT = m.rtt, true
 		for name, mv := range a.models {
@@ -167,7 +174,10 @@ func (a *backendActor) notify(model string, mv *modelView) {
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
 	v.Active = mv.status == control.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
-	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.NewBackendChanged(&v))
+	if mv.scheduler == nil {
+		mv.scheduler = a.fleet.deps.Schedulers.Ensure(a.target(model))
+	}
+	a.fleet.deps.System.Root.Send(mv.scheduler, dispatch.NewBackendChanged(&v))
 }
 
 // stateNow builds the backend's State (on request only: never on the per-response path).

@@ -69,6 +69,20 @@ type Backend struct {
 	seq                               atomic.Uint64
 	pid                               *actor.PID
 	cancel                            context.CancelFunc
+	// The report slot: the latest load report its actor has not taken yet (reports are
+	// latest-wins, so under load many collapse into one actor message).
+	reportMu  sync.Mutex
+	report    loadReported
+	reportSet bool
+}
+
+// takeReport empties the report slot.
+func (b *Backend) takeReport() (loadReported, bool) {
+	b.reportMu.Lock()
+	defer b.reportMu.Unlock()
+	m, ok := b.report, b.reportSet
+	b.report, b.reportSet = loadReported{}, false
+	return m, ok
 }
 
 // State is a backend's published state (for /debug/state).
@@ -156,11 +170,44 @@ func (f *Fleet) Get(id string) *Backend {
 }
 
 // ReportLoad hands a response's x-pylon-load report to b's actor (a backend that expired
-// meanwhile ignores it: its actor is stopped).
+// meanwhile ignores it: its actor is stopped). Reports are latest-wins: while one is
+// waiting for the actor, a newer report of the same model replaces it (an older one, by
+// dispatch sequence and observation time, is dropped as the actor would drop it) and no
+// second message is sent. A report of another model goes as its own message.
 func (f *Fleet) ReportLoad(b *Backend, r *control.LoadReport, at time.Time) {
-	m := reportPool.Get().(*loadReported) //nolint:forcetypeassert // the pool holds only *loadReported
-	m.report, m.at = *r, at
-	f.deps.System.Root.Send(b.pid, m)
+	switch b.offerReport(r, at) {
+	case reportNotify:
+		f.deps.System.Root.Send(b.pid, reportReady{})
+	case reportAlone:
+		m := reportPool.Get().(*loadReported) //nolint:forcetypeassert // the pool holds only *loadReported
+		m.report, m.at = *r, at
+		f.deps.System.Root.Send(b.pid, m)
+	default: // merged into the waiting report
+	}
+}
+
+// What offerReport asks of the caller.
+const (
+	reportMerged = iota // the slot already waits for the actor: nothing to send
+	reportNotify        // the slot was empty: tell the actor
+	reportAlone         // another model's report waits: send r as its own message
+)
+
+// offerReport puts r in b's report slot (see ReportLoad).
+func (b *Backend) offerReport(r *control.LoadReport, at time.Time) int {
+	b.reportMu.Lock()
+	defer b.reportMu.Unlock()
+	switch {
+	case !b.reportSet:
+		b.report.report, b.report.at, b.reportSet = *r, at, true
+		return reportNotify
+	case b.report.report.Model != r.Model:
+		return reportAlone
+	case r.Supersedes(b.report.report.DispatchSeq, b.report.report.Load.ObservedAtUnixMilli):
+		b.report.report, b.report.at = *r, at
+	default:
+	}
+	return reportMerged
 }
 
 // ReportRTT hands a measured round trip to the backend's actor.

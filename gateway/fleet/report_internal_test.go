@@ -1,0 +1,45 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/control"
+)
+
+// Load reports are latest-wins while one waits for the actor: a newer report of the same
+// model replaces it, an older one is dropped, another model's goes on its own, and the
+// actor takes the newest.
+func TestReportSlotKeepsTheNewest(t *testing.T) {
+	var b Backend
+	at := time.Unix(100, 0)
+	rep := func(model string, seq uint64, observedMs int64, queued uint64) *control.LoadReport {
+		return &control.LoadReport{Model: model, DispatchSeq: seq, Load: load.Load{ObservedAtUnixMilli: observedMs, QueuedInputTokens: queued}}
+	}
+	steps := []struct {
+		r    *control.LoadReport
+		want int
+	}{
+		{rep("m", 1, 10, 100), reportNotify},
+		{rep("m", 3, 30, 300), reportMerged},
+		{rep("m", 2, 20, 200), reportMerged}, // older: dropped
+		{rep("m", 3, 25, 250), reportMerged}, // same seq, older observation: dropped
+		{rep("n", 9, 90, 900), reportAlone},
+	}
+	for i, s := range steps {
+		if got := b.offerReport(s.r, at.Add(time.Duration(i)*time.Second)); got != s.want {
+			t.Fatalf("step %d: offer = %d, want %d", i, got, s.want)
+		}
+	}
+	m, ok := b.takeReport()
+	if !ok || m.report.Model != "m" || m.report.DispatchSeq != 3 || m.report.Load.QueuedInputTokens != 300 || !m.at.Equal(at.Add(time.Second)) {
+		t.Fatalf("took %+v (%v), want the seq-3 report received at +1s", m, ok)
+	}
+	if _, ok := b.takeReport(); ok {
+		t.Fatal("the slot must be empty after a take")
+	}
+	if got := b.offerReport(rep("m", 4, 40, 400), at); got != reportNotify {
+		t.Fatalf("after a take the next report must notify the actor, got %d", got)
+	}
+}
