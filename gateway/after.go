@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"syscall"
 	"time"
@@ -152,7 +153,15 @@ func (g *Gateway) connState(nc net.Conn, st fasthttp.ConnState) {
 	if st != fasthttp.StateIdle && st != fasthttp.StateClosed {
 		return
 	}
-	if cc, ok := nc.(*clientConn); ok {
-		cc.after.run(g)
+	cc, ok := nc.(*clientConn)
+	if !ok {
+		return
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			cc.after = afterResponse{} // drop the work rather than repeat a panic
+			g.log.Error("deferred response work panicked", "panic", fmt.Sprint(r))
+		}
+	}()
+	cc.after.run(g)
 }
