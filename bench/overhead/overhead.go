@@ -2,13 +2,15 @@
 // the latency the pylon adds over calling the engine directly and the latency the gateway
 // adds over calling the pylon directly, each next to a bare fasthttp reverse proxy on the
 // same hop (DESIGN.md §7: both budgets are ≤ 1.25× the bare proxy's added latency, p50
-// and p99). The client sends serial non-streaming requests and rotates over the six paths
-// request by request, so drift and bursts of load on a noisy machine hit every path alike.
+// and p99). The client sends serial non-streaming requests over the six paths, one of
+// each per round in a new random order, so drift and bursts of load on a noisy machine hit
+// every path alike and no path always follows the same one.
 package overhead
 
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,7 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Paths of one measurement, in rotation order.
+// Paths of one measurement.
 const (
 	Engine       = iota // client → engine
 	ProxyEngine         // client → bare proxy → engine
@@ -58,8 +60,8 @@ func (r *Result) Ratio(component, proxy, baseline int, q float64) float64 {
 	return float64(r.Added(component, baseline, q)) / float64(r.Added(proxy, baseline, q))
 }
 
-// Measure sends warmup+requests rounds; each round sends one request on every path, the
-// first path of the round rotating. body is a non-streaming chat completion; model names
+// Measure sends warmup+requests rounds; each round sends one request on every path, in a
+// new (seeded) random order. body is a non-streaming chat completion; model names
 // the model (x-model) and input tokens are declared (x-input-tokens) so every hop accepts
 // the same request.
 func Measure(ctx context.Context, t Targets, model string, requests, warmup int) (*Result, error) {
@@ -83,6 +85,11 @@ func Measure(ctx context.Context, t Targets, model string, requests, warmup int)
 	req.Header.Set("x-request-id", "overhead")
 	req.SetBodyString(`{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":1}`)
 	res := &Result{}
+	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // an order, not a secret
+	var order [NumPaths]int
+	for p := range order {
+		order[p] = p
+	}
 	for p := range res.Samples {
 		res.Samples[p] = make([]time.Duration, 0, requests)
 	}
@@ -92,8 +99,12 @@ func Measure(ctx context.Context, t Targets, model string, requests, warmup int)
 				return nil, err
 			}
 		}
-		for j := range NumPaths {
-			p := (k + j) % NumPaths
+		// A new random order every round: a path must not always follow the same path
+		// (a process that has just answered keeps a CPU busy for a while winding down —
+		// Go's sysmon polls every 20 µs for a millisecond after activity — which would tax
+		// whichever path always comes next).
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, p := range order {
 			req.SetHost(t[p])
 			start := time.Now()
 			err := clients[p].Do(req, resp)

@@ -83,7 +83,7 @@ func (c *overheadCmd) Run() error {
 	if err := waitRoutable(ctx, gateway, 1, c.ReadyTimeout); err != nil {
 		return fmt.Errorf("%w (logs in %s; use --logs DIR to keep them)", err, logs)
 	}
-	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), six paths in rotation…\n", c.Requests, c.Warmup)
+	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), six paths in a random order each round…\n", c.Requests, c.Warmup)
 	res, err := overhead.Measure(ctx, overhead.Targets{engine, proxyEngine, pylon, pylon, proxyPylon, gateway}, overheadModel, c.Requests, c.Warmup)
 	if err != nil {
 		return err
