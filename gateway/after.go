@@ -50,66 +50,78 @@ func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn() //nolint:wrapcheck // a pass-through
 }
 
-// afterResponse is one answer's deferred work: its load report (copied) and its metrics.
+// afterResponse is one request's deferred work, all on the request's target series ts:
+// the replay size, the last grant's selection, the last attempt's load report (copied) and
+// counters, and the request's count. pending says which parts wait.
 type afterResponse struct {
-	// attempt: the backend that answered and what it reported.
-	attempt  bool
-	b        *fleet.Backend
-	model    string
-	load     []byte // the x-pylon-load value, copied; nil when absent
-	hasLoad  bool
-	at       time.Time
-	ts       *targetSeries
-	bs       *backendSeries
-	status   int
-	proxy    time.Duration
-	overhead time.Duration // arrival to the upstream call; < 0: not recorded (retried)
-	// replay: the request body's size.
-	replayTS    *targetSeries
+	ts      *targetSeries
+	pending uint8
+	// replay
 	replayBytes int
-	// selection: the grant's count.
-	selection bool
-	selTS     *targetSeries
+	// selection
 	algorithm string
 	rank      int
 	kvSkipped bool
 	routing   time.Duration
-	// request: the finished request's count.
-	request bool
-	reqTS   *targetSeries
+	// attempt
+	b        *fleet.Backend
+	bs       *backendSeries
+	load     []byte // the x-pylon-load value, copied
+	hasLoad  bool
+	at       time.Time
+	status   int
+	proxy    time.Duration
+	overhead time.Duration // arrival to the upstream call; < 0: not recorded (retried)
+	// request
 	backend string
 	reqCode int
 }
 
-// setAttempt records an attempt's answer. load aliases the response header and is copied.
-func (a *afterResponse) setAttempt(ts *targetSeries, bs *backendSeries, b *fleet.Backend, status int, load []byte, at time.Time, proxy time.Duration) {
-	a.attempt, a.ts, a.bs, a.b, a.model, a.status, a.at, a.proxy, a.overhead = true, ts, bs, b, ts.t.Model, status, at, proxy, -1
-	a.hasLoad = load != nil
-	a.load = append(a.load[:0], load...)
+// The parts of afterResponse.pending.
+const (
+	afterReplay uint8 = 1 << iota
+	afterSelection
+	afterAttempt
+	afterRequest
+)
+
+// begin starts a request's deferred work (anything left from an earlier answer is
+// applied first: never lost).
+func (a *afterResponse) begin(g *Gateway, ts *targetSeries, replayBytes int) {
+	a.run(g)
+	a.ts, a.replayBytes, a.pending = ts, replayBytes, afterReplay
 }
 
 // setSelection records a grant; one still pending from an earlier attempt is counted first.
-func (a *afterResponse) setSelection(ts *targetSeries, algorithm string, out *dispatch.Outcome) {
+func (a *afterResponse) setSelection(algorithm string, out *dispatch.Outcome) {
 	a.runSelection()
-	a.selection, a.selTS, a.algorithm, a.rank, a.kvSkipped, a.routing = true, ts, algorithm, out.RankDepth, out.KVSkipped, out.Routing
+	a.algorithm, a.rank, a.kvSkipped, a.routing = algorithm, out.RankDepth, out.KVSkipped, out.Routing
+	a.pending |= afterSelection
 }
 
 func (a *afterResponse) runSelection() {
-	if a.selection {
-		a.selection = false
-		a.selTS.selected(a.algorithm, a.rank, a.kvSkipped, a.routing)
-		a.selTS = nil
+	if a.pending&afterSelection != 0 {
+		a.pending &^= afterSelection
+		a.ts.selected(a.algorithm, a.rank, a.kvSkipped, a.routing)
 	}
+}
+
+// setAttempt records an attempt's answer. load aliases the response header and is copied.
+func (a *afterResponse) setAttempt(bs *backendSeries, b *fleet.Backend, status int, load []byte, at time.Time, proxy time.Duration) {
+	a.bs, a.b, a.status, a.at, a.proxy, a.overhead = bs, b, status, at, proxy, -1
+	a.hasLoad = load != nil
+	a.load = append(a.load[:0], load...)
+	a.pending |= afterAttempt
 }
 
 // runAttempt applies the recorded attempt: the load report, then its metrics.
 func (a *afterResponse) runAttempt(g *Gateway) {
-	if !a.attempt {
+	if a.pending&afterAttempt == 0 {
 		return
 	}
-	a.attempt = false
+	a.pending &^= afterAttempt
 	if a.hasLoad {
-		if r, err := parseLoadReport(a.load, a.model); err == nil {
+		if r, err := parseLoadReport(a.load, a.ts.t.Model); err == nil {
 			g.fleet.ReportLoad(a.b, &r, a.at)
 			g.metrics.loadApplied.Inc()
 		} else {
@@ -121,22 +133,29 @@ func (a *afterResponse) runAttempt(g *Gateway) {
 	if a.overhead >= 0 {
 		a.ts.overhead.Update(a.overhead.Seconds())
 	}
-	a.b, a.ts, a.bs = nil, nil, nil
+	a.b, a.bs = nil, nil
+}
+
+// setRequest records the finished request's count.
+func (a *afterResponse) setRequest(backend string, status int) {
+	a.backend, a.reqCode = backend, status
+	a.pending |= afterRequest
 }
 
 // run applies everything pending.
 func (a *afterResponse) run(g *Gateway) {
-	if a.replayTS != nil {
-		a.replayTS.replay.Update(float64(a.replayBytes))
-		a.replayTS = nil
+	if a.pending == 0 {
+		return
+	}
+	if a.pending&afterReplay != 0 {
+		a.ts.replay.Update(float64(a.replayBytes))
 	}
 	a.runSelection()
 	a.runAttempt(g)
-	if a.request {
-		a.request = false
-		a.reqTS.request(a.backend, a.reqCode)
-		a.reqTS = nil
+	if a.pending&afterRequest != 0 {
+		a.ts.request(a.backend, a.reqCode)
 	}
+	a.pending, a.ts = 0, nil
 }
 
 // afterFor returns the deferred-work slot of ctx's connection, or nil when the connection

@@ -186,14 +186,11 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
 	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
 	st := attemptState{after: afterFor(ctx)}
-	if st.after != nil {
-		st.deferred = true
-		st.after.run(g) // nothing is left from an earlier answer, but never lose it
-	} else {
+	if st.deferred = st.after != nil; !st.deferred {
 		st.after = new(afterResponse)
 		defer st.after.run(g)
 	}
-	st.after.replayTS, st.after.replayBytes = ts, len(body)
+	st.after.begin(g, ts, len(body))
 	for {
 		out := g.await(ctx, pid, p)
 		switch out.Kind {
@@ -209,15 +206,14 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			return
 		default:
 		}
-		st.after.setSelection(ts, p.Entry.Algorithm.String(), &out)
+		st.after.setSelection(p.Entry.Algorithm.String(), &out)
 		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
 		if final != nil {
 			g.finish(ctx, ts, out.BackendID, final)
 			return
 		}
 		if !retry {
-			a := st.after
-			a.request, a.reqTS, a.backend, a.reqCode = true, ts, out.BackendID, ctx.Response.StatusCode()
+			st.after.setRequest(out.BackendID, ctx.Response.StatusCode())
 			return
 		}
 	}
@@ -324,7 +320,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	var rs responseScan
 	rs.scan(&ctx.Response.Header)
 	ar := st.after
-	ar.setAttempt(ts, ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
+	ar.setAttempt(ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
 	if reason, ok := g.retryable(&ctx.Response, status); ok {
 		exhausted := ""
 		switch {
