@@ -282,9 +282,7 @@ func (s *Scheduler) armAlarm() {
 // sorted while the backend set is unchanged.
 func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 	if !s.dirty && s.snapshot != nil && now.Sub(s.builtAt) < fullRebuildEvery {
-		if len(s.stale) > 0 {
-			s.refreshStale()
-		}
+		s.refreshStale()
 		return s.snapshot
 	}
 	s.builtAt = now
@@ -355,18 +353,19 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 // also drops reservations older than ReservationTTL.
 const fullRebuildEvery = time.Second
 
-// refreshStale re-aggregates the stale clusters' candidates in place; the candidate set,
-// its order and the snapshot's membership are unchanged.
 // refreshNow re-aggregates the clusters a report or a release changed right away, so the
 // next decision finds its snapshot current (a report arrives after its answer has been
 // written: this work is off every request's path; a decision only refreshes the cluster
-// its own previous grant touched when no report came in between).
+// its own previous grant touched when no report came in between). A snapshot due for a
+// whole rebuild is left to the next decision.
 func (s *Scheduler) refreshNow() {
-	if !s.dirty && s.snapshot != nil && len(s.stale) > 0 {
+	if !s.dirty && s.snapshot != nil {
 		s.refreshStale()
 	}
 }
 
+// refreshStale re-aggregates the stale clusters' candidates in place; the candidate set,
+// its order and the snapshot's membership are unchanged.
 func (s *Scheduler) refreshStale() {
 	for _, c := range s.stale {
 		info := s.clusters[c]
