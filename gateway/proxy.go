@@ -171,10 +171,10 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
 	stripRequest(h)
 	if rt.requestIDIsNew {
-		h.SetCanonical(hdrRequestID, unsafe.Slice(unsafe.StringData(rt.requestID), len(rt.requestID)))
+		h.SetCanonical(hdrRequestID, bytesOf(rt.requestID))
 	}
 	if rt.modelFromBody {
-		h.SetCanonical(hdrModel, unsafe.Slice(unsafe.StringData(rt.model), len(rt.model)))
+		h.SetCanonical(hdrModel, bytesOf(rt.model))
 	}
 	if rt.estimated {
 		var num [20]byte
@@ -372,6 +372,10 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	return false, nil
 }
+
+// bytesOf views s as bytes without copying; the bytes must not be modified (fasthttp's
+// header setters copy them).
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // parseLoadReport parses an x-pylon-load value in place, without copying it to a string
 // first. Only the model name would alias the response's header buffer: it becomes the
