@@ -1,9 +1,10 @@
 // Package actors is the shared actor kit: actor-system construction with our slog logger,
-// a one-timer alarm for actors that keep their own deadline heap, and a probe actor for
-// tests. Nothing here is global: one system per component instance (and per test).
+// a one-timer alarm for actors that keep their own deadline heap, a periodic loop for
+// background work, and a probe actor for tests. Nothing here is global: one system per component instance (and per test).
 package actors
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -69,4 +70,18 @@ func (a *Alarm) Stop() {
 		a.timer.Stop()
 	}
 	a.armed = false
+}
+
+// Every calls f every d until ctx is done; the first call is d from now.
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }

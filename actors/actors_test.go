@@ -1,6 +1,7 @@
 package actors_test
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"testing/synctest"
@@ -46,5 +47,32 @@ func TestAlarmDeliversEarliestDeadline(t *testing.T) {
 		sys.Root.Stop(probe.PID)
 		time.Sleep(time.Second)
 		synctest.Wait()
+	})
+}
+
+// Every calls its function each period (the first one period from now) and returns once
+// the context ends.
+func TestEveryCallsEachPeriodUntilCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		start := time.Now()
+		var calls []time.Duration
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			actors.Every(ctx, 10*time.Millisecond, func() { calls = append(calls, time.Since(start)) })
+		}()
+		time.Sleep(35 * time.Millisecond)
+		cancel()
+		<-done
+		want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond}
+		if len(calls) != len(want) {
+			t.Fatalf("calls at %v, want %v", calls, want)
+		}
+		for i := range want {
+			if calls[i] != want[i] {
+				t.Fatalf("calls at %v, want %v", calls, want)
+			}
+		}
 	})
 }

@@ -340,21 +340,14 @@ func (g *Gateway) Reload() error {
 }
 
 func (g *Gateway) watchLBConfig(ctx context.Context) {
-	t := time.NewTicker(g.cfg.ReloadPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	actors.Every(ctx, g.cfg.ReloadPoll, func() {
 		st, err := os.Stat(g.cfg.LBConfigPath)
 		if err != nil || st.ModTime().Equal(g.lbMtime) {
-			continue
+			return
 		}
 		g.lbMtime = st.ModTime()
 		_ = g.Reload()
-	}
+	})
 }
 
 // newRequestID generates an x-request-id for clients that send none.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
@@ -27,33 +27,28 @@ func (p *Pylon) startCanaries(ctx context.Context, wg *sync.WaitGroup) {
 	if p.cfg.CanaryInterval <= 0 {
 		return
 	}
-	wg.Go(func() {
-		t := time.NewTicker(p.cfg.CanaryInterval)
-		defer t.Stop()
-		var n uint64
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ok := true
-			for name, e := range *p.models.Load() {
-				if e.cur.Load() == nil {
-					continue
-				}
-				n++
-				result := p.canary(name, n)
-				p.metrics.counter(mCanaryChecks + `{model="` + escape(name) + `",result="` + result + `"}`).Inc()
-				ok = ok && result == canaryOK
-			}
-			if p.canaryFailing.Swap(!ok) != !ok {
-				p.log.Warn("canary_state", "failing", !ok)
-				p.structure.Add(1)
-				p.publish()
-			}
+	var n uint64
+	wg.Go(func() { actors.Every(ctx, p.cfg.CanaryInterval, func() { p.canaryRound(&n) }) })
+}
+
+// canaryRound sends one canary per served model (n numbers them) and flips the advertised
+// state when the round's verdict changes.
+func (p *Pylon) canaryRound(n *uint64) {
+	ok := true
+	for name, e := range *p.models.Load() {
+		if e.cur.Load() == nil {
+			continue
 		}
-	})
+		*n++
+		result := p.canary(name, *n)
+		p.metrics.counter(mCanaryChecks + `{model="` + escape(name) + `",result="` + result + `"}`).Inc()
+		ok = ok && result == canaryOK
+	}
+	if p.canaryFailing.Swap(!ok) != !ok {
+		p.log.Warn("canary_state", "failing", !ok)
+		p.structure.Add(1)
+		p.publish()
+	}
 }
 
 // canary sends one canary completion for model and classifies the answer.

@@ -468,18 +468,7 @@ func (p *Pylon) startRegistrars(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	p.resolveGateways(ctx)
-	wg.Go(func() {
-		t := time.NewTicker(p.cfg.GatewayDNSInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				p.resolveGateways(ctx)
-			}
-		}
-	})
+	wg.Go(func() { actors.Every(ctx, p.cfg.GatewayDNSInterval, func() { p.resolveGateways(ctx) }) })
 }
 
 // resolveGateways makes the registrars of --gateway-dns match its current addresses. A

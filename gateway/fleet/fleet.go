@@ -18,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 )
@@ -278,18 +279,13 @@ func (f *Fleet) forget(b *Backend) {
 
 func (f *Fleet) probeLoop(ctx context.Context, b *Backend) {
 	defer f.wg.Done()
-	t := time.NewTicker(f.deps.ProbeInterval)
-	defer t.Stop()
-	for {
+	probe := func() {
 		if rtt, err := f.deps.Probe(ctx, b.Client, b.ID); err == nil {
 			f.ReportRTT(b.ID, rtt)
 		} else if ctx.Err() == nil {
 			f.deps.Logger.Debug("health probe failed", "backend", b.ID, "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	probe()
+	actors.Every(ctx, f.deps.ProbeInterval, probe)
 }
