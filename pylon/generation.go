@@ -43,10 +43,10 @@ type generation struct {
 	cur    genSnapshot
 	have   bool
 	builds uint64 // snapshots built
-	// delivered maps a gateway id to the build it last received in an x-pylon-load, and
+	// delivered maps a gateway to the build it last received in an x-pylon-load, and
 	// when (unix ns).
 	deliveredMu sync.Mutex
-	delivered   map[string]delivery
+	delivered   map[*gatewayState]delivery
 	// dirty is set by the actor when its aggregate changed after cur was built and
 	// cleared once cur is rebuilt (after the rebuild, so !dirty implies cur is current).
 	dirty atomic.Bool
@@ -121,26 +121,29 @@ func (g *generation) snapshot(sender actor.SenderContext) *genSnapshot {
 
 // appendLoadReport appends the x-pylon-load value of the current snapshot (rebuilt first
 // when dirty) to b, formatted under the read lock so the data path copies nothing.
-// It notes the build as delivered to gatewayID ("" for a caller that is not a gateway) at
-// now.
-func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, seq uint64, gatewayID string, now time.Time) ([]byte, bool) {
+// The report echoes gw's highest dispatch seq, and the build is noted as delivered to gw
+// (nil for a caller that is not a gateway) at now.
+func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, gw *gatewayState, now time.Time) ([]byte, bool) {
 	g.flushIfDirty(sender)
 	g.mu.RLock()
 	if !g.have {
 		g.mu.RUnlock()
 		return b, false
 	}
-	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load, DispatchSeq: seq}
+	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load}
+	if gw != nil {
+		r.DispatchSeq = gw.seq.Load()
+	}
 	b = control.AppendLoadReport(b, &r)
 	build := g.builds
 	g.mu.RUnlock()
-	if gatewayID != "" {
+	if gw != nil {
 		g.deliveredMu.Lock()
 		if g.delivered == nil {
-			g.delivered = map[string]delivery{}
+			g.delivered = map[*gatewayState]delivery{}
 		}
-		d := g.delivered[gatewayID]
-		g.delivered[gatewayID] = delivery{build: max(d.build, build), at: max(d.at, now.UnixNano())}
+		d := g.delivered[gw]
+		g.delivered[gw] = delivery{build: max(d.build, build), at: max(d.at, now.UnixNano())}
 		g.deliveredMu.Unlock()
 	}
 	return b, true
@@ -151,15 +154,18 @@ type delivery struct {
 	at    int64 // unix ns
 }
 
-// deliveredTo tells whether gatewayID received the current snapshot in a response with
-// nothing changed since (held), and when it last received one (unix ns, 0 = never).
-func (g *generation) deliveredTo(gatewayID string) (held bool, at int64) {
+// deliveredTo tells whether gw received the current snapshot in a response with nothing
+// changed since (held), and when it last received one (unix ns, 0 = never).
+func (g *generation) deliveredTo(gw *gatewayState) (held bool, at int64) {
+	if gw == nil {
+		return false, 0
+	}
 	dirty := g.dirty.Load()
 	g.mu.RLock()
 	build := g.builds
 	g.mu.RUnlock()
 	g.deliveredMu.Lock()
-	d := g.delivered[gatewayID]
+	d := g.delivered[gw]
 	g.deliveredMu.Unlock()
 	return !dirty && d.build == build, d.at
 }

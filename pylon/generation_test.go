@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -160,26 +161,33 @@ func TestSnapshotCopyDoesNotAliasTheActorsEstimates(t *testing.T) {
 // kept.
 func TestDeliveredTo(t *testing.T) {
 	g := &generation{model: "m", gen: 1, have: true, builds: 3}
-	if held, at := g.deliveredTo("g1"); held || at != 0 {
+	var gws gatewayTable
+	g1, g2 := gws.add("g1"), gws.add("g2")
+	g1.note(7)
+	if held, at := g.deliveredTo(g1); held || at != 0 {
 		t.Fatal("delivered before any response")
 	}
 	now := time.Unix(100, 0)
-	if _, ok := g.appendLoadReport(nil, nil, 7, "g1", now); !ok {
+	v, ok := g.appendLoadReport(nil, nil, g1, now)
+	if !ok {
 		t.Fatal("no report")
 	}
-	if held, at := g.deliveredTo("g1"); !held || at != now.UnixNano() {
+	if r, err := control.ParseLoadReport(string(v)); err != nil || r.DispatchSeq != 7 {
+		t.Errorf("report %q echoes seq %d (%v), want 7", v, r.DispatchSeq, err)
+	}
+	if held, at := g.deliveredTo(g1); !held || at != now.UnixNano() {
 		t.Errorf("after a response to g1: held %v at %d", held, at)
 	}
-	if held, _ := g.deliveredTo("g2"); held {
+	if held, _ := g.deliveredTo(g2); held {
 		t.Error("g2 holds what went to g1")
 	}
 	g.dirty.Store(true) // a change not yet built
-	if held, at := g.deliveredTo("g1"); held || at != now.UnixNano() {
+	if held, at := g.deliveredTo(g1); held || at != now.UnixNano() {
 		t.Errorf("a pending change: held %v at %d", held, at)
 	}
 	g.dirty.Store(false)
 	g.builds++ // rebuilt after a change
-	if held, _ := g.deliveredTo("g1"); held {
+	if held, _ := g.deliveredTo(g1); held {
 		t.Error("a newer build counted as delivered")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -103,9 +104,15 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		v, err := strconv.ParseUint(string(ev), 10, 64)
 		expected, hasExpected = v, err == nil
 	}
-	gatewayID, seq, seqErr := "", uint64(0), error(nil)
+	var (
+		gw  *gatewayState // nil: not from a gateway (or a malformed seq)
+		seq uint64
+	)
 	if v := dh.seq; len(v) > 0 {
-		gatewayID, seq, seqErr = control.ParseDispatchSeq(string(v))
+		// A view of the header: the id is only looked up (add copies a new one).
+		if id, s, err := control.ParseDispatchSeq(unsafe.String(unsafe.SliceData(v), len(v))); err == nil {
+			gw, seq = p.gateways.add(id), s
+		}
 	}
 	id := string(rid)
 
@@ -127,13 +134,13 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	mm.decision(r.decision)
 	if !r.decision.Admit() {
 		queueMismatch(r.decision, p.cfg.QueueMismatchRetryAfterMs).write(ctx)
-		p.addLoad(ctx, g, gatewayID)
+		p.addLoad(ctx, g, gw)
 		mm.status(fasthttp.StatusTooManyRequests).Inc()
 		p.metrics.retryable(control.RetryQueueEstimateMismatch, fasthttp.StatusTooManyRequests)
 		return
 	}
-	if gatewayID != "" && seqErr == nil {
-		p.noteSeq(gatewayID, seq)
+	if gw != nil {
+		gw.note(seq)
 	}
 	p.inflight.Add(1)
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
@@ -154,7 +161,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	}
 	if !stream {
 		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs} // stays on the stack
-		p.relayBuffered(ctx, &obs, gatewayID)
+		p.relayBuffered(ctx, &obs, gw)
 		return
 	}
 	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs}
@@ -162,7 +169,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	up.StreamBody = true
 	if err := p.client.Do(&ctx.Request, up); err != nil {
 		fasthttp.ReleaseResponse(up)
-		p.upstreamFailed(ctx, obs, err, gatewayID)
+		p.upstreamFailed(ctx, obs, err, gw)
 		return
 	}
 	obs.headers(up.StatusCode())
@@ -175,30 +182,30 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	if !ok { // the engine answered with a complete body after all
 		ctx.Response.SetBody(up.Body())
 		obs.complete(up.Body())
-		p.addLoad(ctx, g, gatewayID)
+		p.addLoad(ctx, g, gw)
 		fasthttp.ReleaseResponse(up)
 		return
 	}
-	p.addLoad(ctx, g, gatewayID)
+	p.addLoad(ctx, g, gw)
 	ctx.Response.SetBodyStream(relay.NewStream(bs, obs, p.now, func() { fasthttp.ReleaseResponse(up) }), -1)
 	ctx.Response.ImmediateHeaderFlush = true
 }
 
-func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gatewayID string) {
+func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gw *gatewayState) {
 	if err := p.client.Do(&ctx.Request, &ctx.Response); err != nil {
-		p.upstreamFailed(ctx, obs, err, gatewayID)
+		p.upstreamFailed(ctx, obs, err, gw)
 		return
 	}
 	obs.status = ctx.Response.StatusCode()
 	obs.mm.headers.Update(p.now().Sub(obs.start).Seconds())
 	p.fromUpstream(&ctx.Response.Header)
 	obs.complete(ctx.Response.Body())
-	p.addLoad(ctx, obs.g, gatewayID)
+	p.addLoad(ctx, obs.g, gw)
 }
 
 // upstreamFailed answers an engine call that failed before a response (problem.go:
 // upstreamFailure) and releases the request.
-func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, err error, gatewayID string) {
+func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, err error, gw *gatewayState) {
 	p.log.Debug("upstream_failed", "request_id", obs.id, "err", err)
 	pr := upstreamFailure(err, p.engine.Aborted(), p.cfg.LocalConnectFailuresRetryable)
 	obs.status = pr.Status
@@ -209,7 +216,7 @@ func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, e
 	} else {
 		p.metrics.nonRetryable(pr.Reason)
 	}
-	p.addLoad(ctx, obs.g, gatewayID)
+	p.addLoad(ctx, obs.g, gw)
 }
 
 // fromUpstream strips an engine response's hop-by-hop headers and applies the retry
@@ -261,13 +268,13 @@ func (p *Pylon) retryableStatus(s int) bool {
 }
 
 // addLoad sets x-pylon-load for the request's model from the generation's snapshot.
-func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gatewayID string) {
+func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gw *gatewayState) {
 	var buf [256]byte
 	var now time.Time
-	if gatewayID != "" {
+	if gw != nil {
 		now = p.now()
 	}
-	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], p.seqOf(gatewayID), gatewayID, now); ok {
+	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], gw, now); ok {
 		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, v)
 	}
 }

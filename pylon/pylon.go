@@ -68,8 +68,7 @@ type Pylon struct {
 	modelsMu sync.Mutex // serializes writers of models
 	nextGen  atomic.Uint64
 
-	seqMu sync.Mutex
-	seqs  map[string]uint64
+	gateways gatewayTable // the gateways dispatching here: dispatch seqs echoed
 	// structure counts changes a load report cannot carry (models added or retired,
 	// draining); sentStructure is its value in the last registration built per gateway.
 	structure     atomic.Uint64
@@ -105,7 +104,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p := &Pylon{
 		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
 		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host,
-		seqs: map[string]uint64{}, sentStructure: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
+		sentStructure: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
 		replies:    newReplyPool(),
 		lookupHost: deps.LookupHost,
 	}
@@ -174,21 +173,12 @@ func (p *Pylon) lookup(model []byte) *modelEntry {
 	return (*p.models.Load())[string(model)]
 }
 
-func (p *Pylon) noteSeq(gatewayID string, seq uint64) {
-	p.seqMu.Lock()
-	if seq > p.seqs[gatewayID] {
-		p.seqs[gatewayID] = seq
-	}
-	p.seqMu.Unlock()
-}
-
+// seqOf is the highest dispatch seq admitted from the gateway with id gatewayID (0: none).
 func (p *Pylon) seqOf(gatewayID string) uint64 {
-	if gatewayID == "" {
-		return 0
+	if s := p.gateways.get(gatewayID); s != nil {
+		return s.seq.Load()
 	}
-	p.seqMu.Lock()
-	defer p.seqMu.Unlock()
-	return p.seqs[gatewayID]
+	return 0
 }
 
 // setModels makes exactly names served: new models get a new generation, models no
@@ -272,13 +262,14 @@ func (p *Pylon) delivered(gatewayID string) register.Delivery {
 		return register.NotHeld
 	}
 	result := register.Held
+	gw := p.gateways.get(gatewayID)
 	recent := p.now().Add(-p.cfg.StatsUpdateCoalesce).UnixNano()
 	for _, e := range *p.models.Load() {
 		g := e.cur.Load()
 		if g == nil {
 			continue
 		}
-		held, at := g.deliveredTo(gatewayID)
+		held, at := g.deliveredTo(gw)
 		switch {
 		case held:
 		case at >= recent:
