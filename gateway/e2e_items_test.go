@@ -8,13 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// Loopback end-to-end versions of REFERENCE.md §9.8 items 91, 94, 95, 96 and 100 with the
+// Loopback end-to-end versions of REFERENCE.md §9.8 items 91, 92, 94, 95, 96, 98 and 100 with the
 // real binaries. The reference suite reports synthetic stats; here the load is real:
 // requests sent straight to a pylon (bypassing the gateway) sit in the pylon's queue or
 // occupy its engine's slots, the pylon publishes them, and each test waits on /debug/state
@@ -310,6 +311,109 @@ func TestLoopbackE2EPriorityQueueEstimates(t *testing.T) {
 	for _, c := range load {
 		if status := c.wait(t); status != 200 {
 			t.Errorf("a held request ended with %d", status)
+		}
+	}
+}
+
+// §9.8 item 92 with real binaries: input-work admission (max_input_work_seconds 0.5, input
+// tps 100, 100 tokens queued — a held request —, 50 more → 1.5 s) → 503
+// input_work_limit_exceeded; an unknown model → 404 no_eligible_candidates; the model
+// registered but INACTIVE (its only pylon draining after SIGTERM while the held request is
+// in flight) → 503 without that code; once the pylon has drained and deregistered → 404
+// no_eligible_candidates again.
+func TestLoopbackE2EInputWorkAndRegistrationStates(t *testing.T) {
+	f := startFleetWith(t, `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"power-of-n","max_input_work_seconds":0.5}}}`,
+		e2eBackend{backendSpec: backendSpec{"p", quickEngine, 100}, pylonArgs: pinTPS},
+	)
+	f.hold("p", true)
+	held := f.direct("p", heldModel, 100, false, nil)
+	f.waitState(func(b backendState) bool { return b.Models["dummy-model"].Stats.QueuedInputSize == 100 })
+	probe := map[string]string{"x-input-tokens": "50"}
+	if status, body, h := f.chat(probe); status != 503 || h["x-stargate-error-code"] != "input_work_limit_exceeded" || !strings.Contains(body, "input_work_limit_exceeded") {
+		t.Errorf("1.5 s of input work over 0.5 s: %d %q %s", status, h["x-stargate-error-code"], body)
+	}
+	if status, _, h := f.chat(map[string]string{"x-model": "unknown-model", "x-input-tokens": "1"}); status != 404 || h["x-stargate-error-code"] != "no_eligible_candidates" {
+		t.Errorf("unknown model: %d %q", status, h["x-stargate-error-code"])
+	}
+	if err := f.pylonProcs["p"].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Draining: the pylon re-registers its model INACTIVE and waits for the held request.
+	status, code := f.chatUntil(probe, func(_ int, code string) bool { return code != "input_work_limit_exceeded" })
+	if status != 503 || code == "no_eligible_candidates" {
+		t.Errorf("registered but INACTIVE: %d %q, want 503 without no_eligible_candidates", status, code)
+	}
+	f.hold("p", false)
+	if status := held.wait(t); status != 200 {
+		t.Errorf("the held request ended with %d while its pylon drained", status)
+	}
+	status, code = f.chatUntil(probe, func(status int, _ string) bool { return status == 404 })
+	if status != 404 || code != "no_eligible_candidates" {
+		t.Errorf("after the pylon deregistered: %d %q, want 404 no_eligible_candidates", status, code)
+	}
+}
+
+// chatUntil sends chat requests (20 ms apart, for at most 10 s) until done holds for the
+// answer's status and x-stargate-error-code; it returns the last answer.
+func (f *fleetE2E) chatUntil(headers map[string]string, done func(status int, code string) bool) (int, string) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, _, h := f.chat(headers)
+		if done(status, h["x-stargate-error-code"]) || time.Now().After(deadline) {
+			return status, h["x-stargate-error-code"]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// §9.8 item 98 with real binaries, the parts after the stickiness of TestLoopbackE2EAffinity:
+// affinity config (virtual nodes 8, selection 1, X = 100 ms, n 3) over engines with one
+// slot each. Once the key's primary is full (a long stream sent straight to its pylon), a
+// request with the key and x-max-wait-ms 10 fails with 503; without wait headers it goes
+// elsewhere, only after ≥ 100 ms; with x-max-wait-ms 500 and x-request-slo-ms 5000 it is
+// served by a non-primary after ≥ 100 ms.
+func TestLoopbackE2EAffinityHold(t *testing.T) {
+	cfg := `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"wait-and-widen","cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`
+	oneSlot := []string{"--max-concurrent-requests", "1", "--num-tokens", "2", "--token-delay-ms", "20"}
+	f := startFleet(t, cfg, backendSpec{"p1", oneSlot, 100_000}, backendSpec{"p2", oneSlot, 100_000}, backendSpec{"p3", oneSlot, 100_000})
+	f.waitState(func(b backendState) bool { return b.Models["dummy-model"].Stats.MaxEngineConcurrency == 1 })
+	withKey := func(extra ...string) map[string]string {
+		h := map[string]string{"x-cache-affinity-key": "session-98", "x-input-tokens": "100"}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h[extra[i]] = extra[i+1]
+		}
+		return h
+	}
+	served := f.servedBy(5, withKey())
+	if len(served) != 1 {
+		t.Fatalf("one key spread over %v", served)
+	}
+	primary := ""
+	for id := range served {
+		primary = id
+	}
+	// 500 tokens 20 ms apart hold the primary's only slot for ~10 s (cut at cleanup).
+	f.direct(primary, "dummy-model", 1, true, map[string]string{"x-output-tokens": "500"})
+	f.waitState(func(b backendState) bool {
+		running := b.Models["dummy-model"].Stats.NumRunningQueries
+		if b.ID == primary {
+			return running == 1
+		}
+		return running == 0
+	})
+	if status, body, _ := f.chat(withKey("x-max-wait-ms", "10")); status != 503 {
+		t.Errorf("x-max-wait-ms 10 within the 100 ms hold: %d %s", status, body)
+	}
+	for _, extra := range [][]string{nil, {"x-max-wait-ms", "500", "x-request-slo-ms", "5000"}} {
+		start := time.Now()
+		status, body, h := f.chat(withKey(extra...))
+		took := time.Since(start)
+		if status != 200 || h["x-inference-server-id"] == primary {
+			t.Errorf("%v, primary %s full: %d from %q: %s", extra, primary, status, h["x-inference-server-id"], body)
+		}
+		if took < 100*time.Millisecond {
+			t.Errorf("%v: served after %v, want ≥ 100 ms (the affinity hold)", extra, took)
 		}
 	}
 }

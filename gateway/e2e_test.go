@@ -30,7 +30,7 @@ func binary(t *testing.T, name string) string {
 }
 
 // start runs a binary in its own process group, stopped (SIGTERM, then SIGKILL) at cleanup.
-func start(t *testing.T, name string, args ...string) {
+func start(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(binary(t, name), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -60,6 +60,7 @@ func start(t *testing.T, name string, args ...string) {
 		}
 		_ = logf.Close()
 	})
+	return cmd
 }
 
 // fleetE2E is one gateway with pylon+engine pairs.
@@ -70,6 +71,8 @@ type fleetE2E struct {
 	// pylons and engines map backend ids to their listen addresses (for requests that
 	// bypass the gateway and for the engines' /test-control).
 	pylons, engines map[string]string
+	// pylonProcs maps backend ids to their pylon processes (to signal them).
+	pylonProcs map[string]*exec.Cmd
 }
 
 type backendSpec struct {
@@ -106,7 +109,7 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 		args = append(args, "--lb-config-path", p)
 	}
 	start(t, "gateway", args...)
-	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, pylons: map[string]string{}, engines: map[string]string{}}
+	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{}}
 	for _, b := range backends {
 		eng, pyl := mocktest.FreeAddr(t), mocktest.FreeAddr(t)
 		f.engines[b.id], f.pylons[b.id] = eng, pyl
@@ -119,7 +122,7 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 		if b.cluster != "" {
 			pargs = append(pargs, "--cluster-id", b.cluster)
 		}
-		start(t, "pylon", append(pargs, b.pylonArgs...)...)
+		f.pylonProcs[b.id] = start(t, "pylon", append(pargs, b.pylonArgs...)...)
 	}
 	t.Cleanup(f.client.CloseIdleConnections)
 	f.waitRoutable(len(backends))

@@ -483,3 +483,51 @@ func TestDeferredAfterAnswerIsApplied(t *testing.T) {
 		}
 	})
 }
+
+// Registrations race the responses: a registration snapshot taken before the load report
+// of a later response must not overwrite that report's numbers (it still brings the fields
+// a report does not carry), and a registration taken after the report replaces them. The
+// pylon's snapshot builds order the two even within one millisecond; without builds the
+// observation time does.
+func TestStaleRegistrationKeepsTheFresherReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, "")
+		p := h.pylon("p1", "c1", load.Load{InputTPS: 100, ObservedAtUnixMilli: 1000}, nil)
+		h.register(p)
+		p.mu.Lock()
+		p.load.QueuedInputTokens, p.load.ObservedAtUnixMilli, p.build = 7, 3000, 5
+		p.mu.Unlock()
+		if r := h.chat(nil); r.status != 200 {
+			t.Fatalf("chat: %d %s", r.status, r.body)
+		}
+		put := func(queued, kvCapacity uint64, observedMs int64, build uint64) string {
+			t.Helper()
+			l := load.Load{InputTPS: 100, QueuedInputTokens: queued, KVCapacityTokens: kvCapacity, ObservedAtUnixMilli: observedMs}
+			reg := control.Registration{
+				ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: 60_000, DispatchSeq: 1,
+				Models: map[string]control.Model{"m": {Status: control.StatusActive, Generation: 1, Build: build, Stats: control.StatsFromLoad(&l)}},
+			}
+			body, _ := json.Marshal(reg)
+			if r := h.do("PUT", control.RegistrationPath+p.id, body, nil); r.status != 200 {
+				t.Fatalf("register: %d %s", r.status, r.body)
+			}
+			synctest.Wait()
+			return h.do("GET", "/debug/state", nil, nil).body
+		}
+		for _, c := range []struct {
+			name       string
+			observedMs int64
+			build      uint64
+		}{
+			{"observed earlier, no build", 2000, 0},
+			{"an earlier build in the same millisecond", 3000, 4},
+		} {
+			if st := put(500, 999, c.observedMs, c.build); !strings.Contains(st, `"queued_input_size": 7,`) || !strings.Contains(st, `"kv_cache_capacity_tokens": 999,`) {
+				t.Errorf("%s: want the report's queue (7) and the registration's KV capacity (999):\n%s", c.name, st)
+			}
+		}
+		if st := put(42, 999, 3000, 6); !strings.Contains(st, `"queued_input_size": 42,`) {
+			t.Errorf("a later build in the same millisecond did not replace the report:\n%s", st)
+		}
+	})
+}

@@ -86,6 +86,7 @@ type fakePylon struct {
 	load              load.Load
 	calls             int
 	seq               uint64
+	build             uint64 // the snapshot build its reports carry (0 = none)
 	respond           func(call int, ctx *fasthttp.RequestCtx)
 	lastHeaders       map[string]string
 }
@@ -121,7 +122,7 @@ func (p *fakePylon) handle(ctx *fasthttp.RequestCtx) {
 	for k, v := range ctx.Request.Header.All() {
 		p.lastHeaders[string(k)] = string(v)
 	}
-	report := control.LoadReport{Model: string(ctx.Request.Header.Peek(control.HeaderModel)), Load: p.load, DispatchSeq: p.seq}
+	report := control.LoadReport{Model: string(ctx.Request.Header.Peek(control.HeaderModel)), Load: p.load, DispatchSeq: p.seq, Build: p.build}
 	p.mu.Unlock()
 	ctx.Response.Header.Set(control.HeaderPylonLoad, string(control.AppendLoadReport(nil, &report)))
 	if p.respond != nil {

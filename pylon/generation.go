@@ -28,6 +28,7 @@ type phaseCount struct{ requests, tokens uint64 }
 // unless more than len(pq) priorities have queued work (then in a slice of their own,
 // never written again).
 type genSnapshot struct {
+	build  uint64 // the generation's builds count when this snapshot was built (1, 2, …)
 	load   load.Load
 	phases [3]phaseCount
 	pq     [4]load.PriorityEstimate
@@ -130,7 +131,7 @@ func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, gw *
 		g.mu.RUnlock()
 		return b, false
 	}
-	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load}
+	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load, Build: g.cur.build}
 	if gw != nil {
 		r.DispatchSeq = gw.seq.Load()
 	}
@@ -344,6 +345,7 @@ func (a *genActor) publish(now time.Time) {
 	}
 	g.have = true
 	g.builds++
+	s.build = g.builds
 	g.mu.Unlock()
 	a.dirty = false
 	g.dirty.Store(false)

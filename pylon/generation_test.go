@@ -73,7 +73,9 @@ func TestGenerationSnapshotIsLazyAndIncludesTheCaller(t *testing.T) {
 		}
 		var scratch genSnapshot
 		_, before := r.g.published(&scratch)
-		r.g.snapshot(root)
+		if s := r.g.snapshot(root); s.build != before {
+			t.Errorf("a clean snapshot was rebuilt: build %d, was %d", s.build, before)
+		}
 		if _, after := r.g.published(&scratch); after != before {
 			t.Error("a clean snapshot was rebuilt")
 		}
@@ -89,8 +91,8 @@ func TestGenerationSnapshotIsLazyAndIncludesTheCaller(t *testing.T) {
 		if !r.g.dirty.Load() || published().load.RunningRequests != 1 {
 			t.Errorf("after finish: dirty %v, published running %d", r.g.dirty.Load(), published().load.RunningRequests)
 		}
-		if s := r.g.snapshot(root); s.load.RunningRequests != 0 {
-			t.Errorf("snapshot after finish: %+v", s.load)
+		if s := r.g.snapshot(root); s.load.RunningRequests != 0 || s.build != before+2 {
+			t.Errorf("snapshot after finish: %+v, build %d, want %d (one per rebuild)", s.load, s.build, before+2)
 		}
 		// A buffered response: one acknowledged message, the snapshot shows it finished.
 		call(&requestAdmitted{id: "b", inputTokens: 10, reply: ch}, ch)

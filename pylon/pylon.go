@@ -302,7 +302,7 @@ func (p *Pylon) snapshot(gatewayID string) control.Registration {
 			continue
 		}
 		s := g.snapshot(p.sys.Root)
-		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Stats: control.StatsFromLoad(&s.load)}
+		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Build: s.build, Stats: control.StatsFromLoad(&s.load)}
 	}
 	return reg
 }

@@ -55,13 +55,13 @@ func TestStatsRoundTrip(t *testing.T) {
 func TestLoadReportRoundTrip(t *testing.T) {
 	t.Parallel()
 	l := sampleLoad()
-	r := control.LoadReport{Model: "m-1", Generation: 3, Load: l, DispatchSeq: 42}
+	r := control.LoadReport{Model: "m-1", Generation: 3, Load: l, DispatchSeq: 42, Build: 11}
 	wire := string(control.AppendLoadReport(nil, &r))
 	got, err := control.ParseLoadReport(wire)
 	if err != nil {
 		t.Fatalf("ParseLoadReport(%q): %v", wire, err)
 	}
-	want := control.LoadReport{Model: "m-1", Generation: 3, DispatchSeq: 42, Load: load.Load{
+	want := control.LoadReport{Model: "m-1", Generation: 3, DispatchSeq: 42, Build: 11, Load: load.Load{
 		InputTPS: l.InputTPS, QueueSize: l.QueueSize, QueuedInputTokens: l.QueuedInputTokens, RunningRequests: l.RunningRequests,
 		MaxEngineConcurrency: l.MaxEngineConcurrency, ObservedAtUnixMilli: l.ObservedAtUnixMilli, QueueEstimates: l.QueueEstimates,
 	}}
@@ -156,8 +156,29 @@ func TestLoadReportMergeAndOrder(t *testing.T) {
 	t.Parallel()
 	l := sampleLoad()
 	r := control.LoadReport{Load: load.Load{QueueSize: 9, RunningRequests: 1, MaxEngineConcurrency: 4, InputTPS: 10, ObservedAtUnixMilli: l.ObservedAtUnixMilli + 1}, DispatchSeq: 7}
-	if !r.Supersedes(7, l.ObservedAtUnixMilli) || r.Supersedes(8, 0) || r.Supersedes(0, l.ObservedAtUnixMilli+2) {
+	if !r.Supersedes(7, l.ObservedAtUnixMilli, 0) || r.Supersedes(8, 0, 0) || r.Supersedes(0, l.ObservedAtUnixMilli+2, 0) {
 		t.Error("Supersedes must accept newer-or-equal sequence and time only")
+	}
+	// With both builds known the build decides, even within one millisecond; an equal
+	// build needs a newer-or-equal sequence.
+	same := r
+	same.Build = 5
+	for _, c := range []struct {
+		seq        uint64
+		observedMs int64
+		build      uint64
+		want       bool
+	}{
+		{7, same.Load.ObservedAtUnixMilli, 4, true},
+		{7, same.Load.ObservedAtUnixMilli, 6, false},
+		{7, same.Load.ObservedAtUnixMilli, 5, true},
+		{8, same.Load.ObservedAtUnixMilli, 5, false},
+		{7, same.Load.ObservedAtUnixMilli + 9, 4, true}, // the clock does not order builds
+		{7, same.Load.ObservedAtUnixMilli + 9, 0, false},
+	} {
+		if got := same.Supersedes(c.seq, c.observedMs, c.build); got != c.want {
+			t.Errorf("build 5 over seq %d, at %d, build %d: %v, want %v", c.seq, c.observedMs, c.build, got, c.want)
+		}
 	}
 	want := l
 	want.QueueSize, want.QueuedInputTokens, want.RunningRequests, want.MaxEngineConcurrency = 9, 0, 1, 4

@@ -19,18 +19,30 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 //
 // Wire form: "v=1;m=<model>;g=<generation>;q=<queue size>;qi=<queued input tokens>;
 // r=<running>;mc=<max concurrency>;tps=<input tps>;at=<unix ms>;seq=<dispatch seq>;
-// pq=<priority>:<ms>,<priority>:<ms>" (pq absent = no map, "pq=" = explicit empty map).
+// b=<build>;pq=<priority>:<ms>,<priority>:<ms>" (pq absent = no map, "pq=" = explicit
+// empty map; b absent = 0).
 type LoadReport struct {
 	Model       string
 	Generation  uint64
 	Load        load.Load // only the routing fields are carried
 	DispatchSeq uint64
+	// Build numbers the pylon's snapshots of the model's generation (1, 2, …; 0 =
+	// unknown): it orders two snapshots taken in the same millisecond, which the
+	// observation time cannot.
+	Build uint64
 }
 
 // Supersedes reports whether r may replace a view last updated from a report or
-// registration with dispatch-sequence echo seqEcho and observation time observedAtMs:
-// responses can arrive out of order, and an older report must not overwrite a newer one.
-func (r *LoadReport) Supersedes(seqEcho uint64, observedAtMs int64) bool {
+// registration with dispatch-sequence echo seqEcho, observation time observedAtMs and
+// snapshot build (0 = unknown): responses and registrations arrive out of order, and an
+// older snapshot must not overwrite a newer one. With both builds known the build decides
+// (a pylon reads the seq after fixing the build, so an equal build with a higher seq is
+// the same snapshot seen later); otherwise the seq and the observation time must not go
+// back.
+func (r *LoadReport) Supersedes(seqEcho uint64, observedAtMs int64, build uint64) bool {
+	if r.Build != 0 && build != 0 {
+		return r.Build > build || (r.Build == build && r.DispatchSeq >= seqEcho)
+	}
 	return r.DispatchSeq >= seqEcho && r.Load.ObservedAtUnixMilli >= observedAtMs
 }
 
@@ -60,6 +72,9 @@ func AppendLoadReport(b []byte, r *LoadReport) []byte {
 	b = append(b, ";at="...)
 	b = strconv.AppendInt(b, r.Load.ObservedAtUnixMilli, 10)
 	b = appendField(b, ";seq=", r.DispatchSeq)
+	if r.Build != 0 {
+		b = appendField(b, ";b=", r.Build)
+	}
 	if r.Load.QueueEstimates != nil {
 		b = append(b, ";pq="...)
 		for i, e := range r.Load.QueueEstimates {
@@ -118,6 +133,8 @@ func ParseLoadReport(s string) (LoadReport, error) {
 			r.Load.ObservedAtUnixMilli, err = strconv.ParseInt(value, 10, 64)
 		case "seq":
 			r.DispatchSeq, err = strconv.ParseUint(value, 10, 64)
+		case "b":
+			r.Build, err = strconv.ParseUint(value, 10, 64)
 		case "pq":
 			r.Load.QueueEstimates, err = parsePriorityMap(value)
 		default:

@@ -38,7 +38,10 @@ type Registration struct {
 type Model struct {
 	Status     string `json:"status"`
 	Generation uint64 `json:"generation,omitempty"`
-	Stats      Stats  `json:"stats"`
+	// Build is the pylon's snapshot build the stats come from (see LoadReport.Build;
+	// 0 = unknown, as from pylons that do not number their snapshots).
+	Build uint64 `json:"build,omitempty"`
+	Stats Stats  `json:"stats"`
 }
 
 // Stats are the 17 published stats fields (REFERENCE.md §4.3), in their wire names.

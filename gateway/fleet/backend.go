@@ -38,6 +38,7 @@ const missedHeartbeats = 3
 type modelView struct {
 	status     string
 	generation uint64
+	build      uint64 // the pylon's snapshot build the view's load comes from (0 = unknown)
 	stats      control.Stats
 	view       dispatch.BackendView
 	scheduler  *actor.PID // the model's scheduler, once known (targets are never removed)
@@ -146,6 +147,18 @@ func (a *backendActor) onRegistered(m registered) {
 			mv = &modelView{}
 			a.models[name] = mv
 		}
+		snap := control.LoadReport{DispatchSeq: m.reg.DispatchSeq, Build: rm.Build, Load: l}
+		if snap.DispatchSeq == 0 {
+			snap.DispatchSeq = mv.view.SeqEcho // no echo (yet): the seq does not order it
+		}
+		if ok && rm.Generation == mv.generation && !snap.Supersedes(mv.view.SeqEcho, mv.view.Load.ObservedAtUnixMilli, mv.build) {
+			// An x-pylon-load of a later snapshot has already arrived (registrations race
+			// the responses): keep what it carries, take the rest from this snapshot.
+			fresher := control.LoadReport{Load: mv.view.Load}
+			fresher.MergeInto(&l)
+		} else {
+			mv.build = rm.Build
+		}
 		mv.status, mv.generation, mv.stats = rm.Status, rm.Generation, rm.Stats
 		mv.view.Load = l
 		mv.view.SeqEcho = max(mv.view.SeqEcho, m.reg.DispatchSeq)
@@ -160,11 +173,11 @@ func (a *backendActor) onLoad(m *loadReported) {
 	if !ok || (r.Generation != 0 && mv.generation != 0 && r.Generation != mv.generation) {
 		return
 	}
-	if !r.Supersedes(mv.view.SeqEcho, mv.view.Load.ObservedAtUnixMilli) {
+	if !r.Supersedes(mv.view.SeqEcho, mv.view.Load.ObservedAtUnixMilli, mv.build) {
 		return
 	}
 	r.MergeInto(&mv.view.Load)
-	mv.view.SeqEcho = r.DispatchSeq
+	mv.view.SeqEcho, mv.build = r.DispatchSeq, r.Build
 	mv.view.UpdatedAt = m.at
 	a.notify(r.Model, mv)
 }

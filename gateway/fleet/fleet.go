@@ -204,7 +204,7 @@ func (b *Backend) offerReport(r *control.LoadReport, at time.Time) int {
 		return reportNotify
 	case b.report.report.Model != r.Model:
 		return reportAlone
-	case r.Supersedes(b.report.report.DispatchSeq, b.report.report.Load.ObservedAtUnixMilli):
+	case r.Supersedes(b.report.report.DispatchSeq, b.report.report.Load.ObservedAtUnixMilli, b.report.report.Build):
 		b.report.report, b.report.at = *r, at
 	default:
 	}
