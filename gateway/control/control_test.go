@@ -125,7 +125,7 @@ func TestParseRegistration(t *testing.T) {
 
 func FuzzParseLoadReport(f *testing.F) {
 	l := sampleLoad()
-	f.Add(string(control.AppendLoadReport(nil, &control.LoadReport{Model: "m", Load: l, DispatchSeq: 1})))
+	f.Add(string(control.AppendLoadReport(nil, &control.LoadReport{Model: "m", Load: l, DispatchSeq: 1, Build: 9})))
 	f.Add("v=1;pq=")
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := control.ParseLoadReport(s)
@@ -136,7 +136,7 @@ func FuzzParseLoadReport(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding %q failed: %v", s, err)
 		}
-		if again.DispatchSeq != r.DispatchSeq || again.Load.QueueSize != r.Load.QueueSize {
+		if again.DispatchSeq != r.DispatchSeq || again.Build != r.Build || again.Load.QueueSize != r.Load.QueueSize {
 			t.Fatalf("re-encoding changed the report: %+v vs %+v", r, again)
 		}
 	})
