@@ -43,3 +43,26 @@ func TestReportSlotKeepsTheNewest(t *testing.T) {
 		t.Fatalf("after a take the next report must notify the actor, got %d", got)
 	}
 }
+
+// Within a generation the snapshot build orders reports taken in the same millisecond;
+// a report of a newer generation (whose builds start again at 1) replaces one of an
+// older generation, never the other way round.
+func TestReportSlotOrdersBuildsAndGenerations(t *testing.T) {
+	var b Backend
+	at := time.Unix(100, 0)
+	rep := func(gen, build uint64) *control.LoadReport {
+		return &control.LoadReport{Model: "m", Generation: gen, Build: build, DispatchSeq: 4, Load: load.Load{ObservedAtUnixMilli: 10}}
+	}
+	for i, r := range []*control.LoadReport{rep(1, 5), rep(1, 4), rep(1, 6), rep(2, 1), rep(1, 9)} {
+		b.offerReport(r, at.Add(time.Duration(i)*time.Second))
+	}
+	m, ok := b.takeReport()
+	if !ok || m.report.Generation != 2 || m.report.Build != 1 || !m.at.Equal(at.Add(3*time.Second)) {
+		t.Fatalf("took generation %d build %d received at %v (%v), want generation 2 build 1 at +3s", m.report.Generation, m.report.Build, m.at, ok)
+	}
+	b.offerReport(rep(3, 2), at)
+	b.offerReport(rep(3, 1), at) // same generation, earlier build, same millisecond
+	if m, _ := b.takeReport(); m.report.Build != 2 {
+		t.Errorf("an earlier build replaced build 2: took build %d", m.report.Build)
+	}
+}
