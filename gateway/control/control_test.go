@@ -188,3 +188,33 @@ func TestLoadReportMergeAndOrder(t *testing.T) {
 		t.Errorf("MergeInto keeps registration-only fields (-want +got):\n%s", diff)
 	}
 }
+
+// A registration replaces a view only when it is not older than the report the view
+// holds; an older one brings just the fields a report does not carry. A pending report
+// gives way to a newer generation's whatever its build.
+func TestRegisteredAndReplaces(t *testing.T) {
+	t.Parallel()
+	view := control.LoadReport{Generation: 2, Build: 6, DispatchSeq: 9, Load: load.Load{QueuedInputTokens: 7, ObservedAtUnixMilli: 3000}}
+	reg := func(gen, build, seq uint64) control.LoadReport {
+		return control.LoadReport{Generation: gen, Build: build, DispatchSeq: seq, Load: load.Load{QueuedInputTokens: 500, KVCapacityTokens: 999, ObservedAtUnixMilli: 3000}}
+	}
+	for _, c := range []struct {
+		name               string
+		reg                control.LoadReport
+		queued, build, seq uint64
+	}{
+		{"earlier build", reg(2, 5, 9), 7, 6, 9},
+		{"later build", reg(2, 7, 9), 500, 7, 9},
+		{"no seq, later build", reg(2, 7, 0), 500, 7, 9},
+		{"another generation", reg(3, 1, 2), 500, 1, 9},
+	} {
+		got := c.reg.Registered(&view)
+		if got.Load.QueuedInputTokens != c.queued || got.Build != c.build || got.DispatchSeq != c.seq || got.Load.KVCapacityTokens != 999 {
+			t.Errorf("%s: queued %d build %d seq %d kv %d, want %d %d %d 999", c.name, got.Load.QueuedInputTokens, got.Build, got.DispatchSeq, got.Load.KVCapacityTokens, c.queued, c.build, c.seq)
+		}
+	}
+	older, newer := reg(2, 9, 9), reg(3, 1, 1)
+	if !newer.Replaces(&older) || older.Replaces(&newer) {
+		t.Error("a newer generation must replace an older one's report, never the reverse")
+	}
+}

@@ -46,6 +46,35 @@ func (r *LoadReport) Supersedes(seqEcho uint64, observedAtMs int64, build uint64
 	return r.DispatchSeq >= seqEcho && r.Load.ObservedAtUnixMilli >= observedAtMs
 }
 
+// Replaces reports whether r should take the place of prev, a report of the same model
+// not applied yet: one of a newer generation always does (builds restart with each
+// generation, and generations only grow), one of an older generation never; within a
+// generation Supersedes decides.
+func (r *LoadReport) Replaces(prev *LoadReport) bool {
+	if r.Generation != prev.Generation {
+		return r.Generation > prev.Generation
+	}
+	return r.Supersedes(prev.DispatchSeq, prev.Load.ObservedAtUnixMilli, prev.Build)
+}
+
+// Registered returns a model's view once the registration snapshot r arrives at a view
+// that holds cur. Registrations race the responses: when a report of a later snapshot of
+// the same generation has already arrived, the view keeps what that report carries and
+// takes only the rest (KV, output throughput, …) from r. A registration without a
+// dispatch seq (0: no echo yet) is not ordered by it, and the view's echo never goes back.
+func (r *LoadReport) Registered(cur *LoadReport) LoadReport {
+	next := *r
+	if next.DispatchSeq == 0 {
+		next.DispatchSeq = cur.DispatchSeq
+	}
+	if r.Generation == cur.Generation && !next.Supersedes(cur.DispatchSeq, cur.Load.ObservedAtUnixMilli, cur.Build) {
+		cur.MergeInto(&next.Load)
+		next.Build = cur.Build
+	}
+	next.DispatchSeq = max(next.DispatchSeq, cur.DispatchSeq)
+	return next
+}
+
 // MergeInto copies the fields the report carries (exactly those of the wire form) into l,
 // leaving the fields only a full registration carries (KV, output throughput, …) as they are.
 func (r *LoadReport) MergeInto(l *load.Load) {

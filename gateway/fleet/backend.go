@@ -142,26 +142,17 @@ func (a *backendActor) onRegistered(m registered) {
 		if err != nil {
 			continue // validated by the control endpoint
 		}
+		reg := control.LoadReport{Generation: rm.Generation, Build: rm.Build, DispatchSeq: m.reg.DispatchSeq, Load: l}
+		next := reg
 		mv, ok := a.models[name]
-		if !ok {
+		if ok {
+			next = reg.Registered(&control.LoadReport{Generation: mv.generation, Build: mv.build, DispatchSeq: mv.view.SeqEcho, Load: mv.view.Load})
+		} else {
 			mv = &modelView{}
 			a.models[name] = mv
 		}
-		snap := control.LoadReport{DispatchSeq: m.reg.DispatchSeq, Build: rm.Build, Load: l}
-		if snap.DispatchSeq == 0 {
-			snap.DispatchSeq = mv.view.SeqEcho // no echo (yet): the seq does not order it
-		}
-		if ok && rm.Generation == mv.generation && !snap.Supersedes(mv.view.SeqEcho, mv.view.Load.ObservedAtUnixMilli, mv.build) {
-			// An x-pylon-load of a later snapshot has already arrived (registrations race
-			// the responses): keep what it carries, take the rest from this snapshot.
-			fresher := control.LoadReport{Load: mv.view.Load}
-			fresher.MergeInto(&l)
-		} else {
-			mv.build = rm.Build
-		}
-		mv.status, mv.generation, mv.stats = rm.Status, rm.Generation, rm.Stats
-		mv.view.Load = l
-		mv.view.SeqEcho = max(mv.view.SeqEcho, m.reg.DispatchSeq)
+		mv.status, mv.generation, mv.build, mv.stats = rm.Status, next.Generation, next.Build, rm.Stats
+		mv.view.Load, mv.view.SeqEcho = next.Load, next.DispatchSeq
 		mv.view.UpdatedAt = m.at
 		a.notify(name, mv)
 	}

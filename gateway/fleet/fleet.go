@@ -204,12 +204,7 @@ func (b *Backend) offerReport(r *control.LoadReport, at time.Time) int {
 		return reportNotify
 	case b.report.report.Model != r.Model:
 		return reportAlone
-	case r.Generation != b.report.report.Generation:
-		// Builds restart with each generation, and generations only grow.
-		if r.Generation > b.report.report.Generation {
-			b.report.report, b.report.at = *r, at
-		}
-	case r.Supersedes(b.report.report.DispatchSeq, b.report.report.Load.ObservedAtUnixMilli, b.report.report.Build):
+	case r.Replaces(&b.report.report):
 		b.report.report, b.report.at = *r, at
 	default:
 	}
