@@ -355,16 +355,14 @@ func TestLoopbackE2EInputWorkAndRegistrationStates(t *testing.T) {
 
 // chatUntil sends chat requests (20 ms apart, for at most 10 s) until done holds for the
 // answer's status and x-stargate-error-code; it returns the last answer.
-func (f *fleetE2E) chatUntil(headers map[string]string, done func(status int, code string) bool) (int, string) {
-	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		status, _, h := f.chat(headers)
-		if done(status, h["x-stargate-error-code"]) || time.Now().After(deadline) {
-			return status, h["x-stargate-error-code"]
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+func (f *fleetE2E) chatUntil(headers map[string]string, done func(status int, code string) bool) (status int, code string) {
+	poll(10*time.Second, 20*time.Millisecond, func() bool {
+		var h map[string]string
+		status, _, h = f.chat(headers)
+		code = h["x-stargate-error-code"]
+		return done(status, code)
+	})
+	return status, code
 }
 
 // §9.8 item 98 with real binaries, the parts after the stickiness of TestLoopbackE2EAffinity:

@@ -129,27 +129,40 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 	return f
 }
 
+// poll calls done every period until it holds or timeout passes; it reports whether it
+// held.
+func poll(timeout, period time.Duration, done func() bool) bool {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(period) {
+		if done() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 func (f *fleetE2E) waitRoutable(n int) {
 	f.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	if poll(20*time.Second, 50*time.Millisecond, func() bool {
 		var st struct {
 			Backends []struct {
 				Routable bool `json:"routable"`
 			} `json:"backends"`
 		}
-		if status, body, _ := f.do("GET", "/debug/state", nil, nil); status == 200 && json.Unmarshal([]byte(body), &st) == nil {
-			routable := 0
-			for _, b := range st.Backends {
-				if b.Routable {
-					routable++
-				}
-			}
-			if routable >= n {
-				return
+		status, body, _ := f.do("GET", "/debug/state", nil, nil)
+		if status != 200 || json.Unmarshal([]byte(body), &st) != nil {
+			return false
+		}
+		routable := 0
+		for _, b := range st.Backends {
+			if b.Routable {
+				routable++
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return routable >= n
+	}) {
+		return
 	}
 	_, body, _ := f.do("GET", "/debug/state", nil, nil)
 	f.t.Fatalf("fleet not routable within 20s:\n%s", body)
@@ -174,23 +187,23 @@ type backendState struct {
 // waitState polls /debug/state until ok holds for every backend (bounded).
 func (f *fleetE2E) waitState(ok func(backendState) bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	var body string
-	for time.Now().Before(deadline) {
+	if poll(10*time.Second, 20*time.Millisecond, func() bool {
 		var st struct {
 			Backends []backendState `json:"backends"`
 		}
 		_, body, _ = f.do("GET", "/debug/state", nil, nil)
-		if json.Unmarshal([]byte(body), &st) == nil && len(st.Backends) > 0 {
-			all := true
-			for _, b := range st.Backends {
-				all = all && b.Routable && ok(b)
-			}
-			if all {
-				return
+		if json.Unmarshal([]byte(body), &st) != nil || len(st.Backends) == 0 {
+			return false
+		}
+		for _, b := range st.Backends {
+			if !b.Routable || !ok(b) {
+				return false
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		return true
+	}) {
+		return
 	}
 	f.t.Fatalf("gateway state never matched:\n%s", body)
 }

@@ -1,6 +1,7 @@
 package pylon
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,9 +64,7 @@ func (t *gatewayTable) add(id string) *gatewayState {
 		return nil
 	}
 	next := make(map[string]*gatewayState, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
+	maps.Copy(next, old)
 	s := &gatewayState{id: strings.Clone(id)}
 	next[s.id] = s
 	t.m.Store(&next)
