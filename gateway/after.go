@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Work a buffered (non-streamed) answer does not need before the client has it — applying
@@ -32,7 +33,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err //nolint:wrapcheck // the listener's own error, as fasthttp expects
 	}
-	return &clientConn{Conn: c}, nil
+	return &clientConn{Conn: relay.Raw(c)}, nil
 }
 
 // clientConn is an accepted client connection and the work its last answer deferred.

@@ -404,7 +404,7 @@ func (p *Pylon) Run(ctx context.Context) error {
 		p.engine.Watch(stopWatch)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.server.Serve(p.ln) }()
+	go func() { serveErr <- p.server.Serve(relay.RawListener{Listener: p.ln}) }()
 	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
 
 	loops, cancelLoops := context.WithCancel(context.Background())

@@ -128,7 +128,7 @@ func (w *Conns) DialTimeout(addr string, timeout time.Duration) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, w: w}
+	c := &conn{Conn: Raw(nc), w: w}
 	w.mu.Lock()
 	if w.closed.Load() {
 		w.mu.Unlock()
