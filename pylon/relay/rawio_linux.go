@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -12,7 +13,20 @@ import (
 // RawConn is a TCP connection whose reads and writes are raw syscalls on its socket.
 type RawConn struct {
 	net.Conn
-	rc syscall.RawConn
+	rc       syscall.RawConn
+	readMu   sync.Mutex // one Read at a time owns rd
+	rd       rawOp
+	writeMu  sync.Mutex // one Write at a time owns wr
+	wr       rawOp
+	readStep func(fd uintptr) bool // rd.read and wr.write bound once, so a call allocates nothing
+	wrStep   func(fd uintptr) bool
+}
+
+// rawOp is one direction's call in progress: its buffer and its outcome.
+type rawOp struct {
+	buf   []byte
+	n     int
+	errno syscall.Errno
 }
 
 // Raw returns nc with raw reads and writes, or nc itself when it exposes no socket.
@@ -25,44 +39,61 @@ func Raw(nc net.Conn) net.Conn {
 	if err != nil {
 		return nc
 	}
-	return &RawConn{Conn: nc, rc: rc}
+	c := &RawConn{Conn: nc, rc: rc}
+	c.readStep, c.wrStep = c.rd.read, c.wr.write
+	return c
 }
 
 // SyscallConn exposes the socket.
 func (r *RawConn) SyscallConn() (syscall.RawConn, error) { return r.rc, nil }
 
-func (r *RawConn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: r.LocalAddr(), Addr: r.RemoteAddr(), Err: err}
+// read makes one read; false asks the netpoller to wait for readability.
+func (o *rawOp) read(fd uintptr) bool {
+	for {
+		m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(o.buf))), uintptr(len(o.buf)))
+		switch e {
+		case 0:
+			o.n = int(m)
+			return true
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			o.errno = e
+			return true
+		}
+	}
+}
+
+// write writes all of the buffer; false asks the netpoller to wait for writability.
+func (o *rawOp) write(fd uintptr) bool {
+	for o.n < len(o.buf) {
+		rest := o.buf[o.n:]
+		m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
+		switch e {
+		case 0:
+			o.n += int(m)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			o.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // Read reads like net.Conn.Read.
 func (r *RawConn) Read(b []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-			switch e {
-			case 0:
-				n = int(m)
-				return true
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait for readability in the netpoller
-			default:
-				errno = e
-				return true
-			}
-		}
-	})
+	r.readMu.Lock()
+	r.rd = rawOp{buf: b}
+	err := r.rc.Read(r.readStep)
+	n, errno := r.rd.n, r.rd.errno
+	r.rd.buf = nil
+	r.readMu.Unlock()
 	switch {
 	case err != nil:
-		var oe *net.OpError
-		if errors.As(err, &oe) {
-			oe.Op = "read"
-			return 0, oe
-		}
 		return 0, r.opError("read", err)
 	case errno != 0:
 		return 0, r.opError("read", os.NewSyscallError("read", errno))
@@ -74,35 +105,27 @@ func (r *RawConn) Read(b []byte) (int, error) {
 
 // Write writes all of b like net.Conn.Write.
 func (r *RawConn) Write(b []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := r.rc.Write(func(fd uintptr) bool {
-		for n < len(b) {
-			rest := b[n:]
-			m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
-			switch e {
-			case 0:
-				n += int(m)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait for writability in the netpoller
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	r.writeMu.Lock()
+	r.wr = rawOp{buf: b}
+	err := r.rc.Write(r.wrStep)
+	n, errno := r.wr.n, r.wr.errno
+	r.wr.buf = nil
+	r.writeMu.Unlock()
 	switch {
 	case err != nil:
-		var oe *net.OpError
-		if errors.As(err, &oe) {
-			oe.Op = "write"
-			return n, oe
-		}
 		return n, r.opError("write", err)
 	case errno != 0:
 		return n, r.opError("write", os.NewSyscallError("write", errno))
 	}
 	return n, nil
+}
+
+// opError shapes an error like net.Conn's: a *net.OpError naming the call. err from the
+// RawConn is already one (for the "raw-read"/"raw-write" call): its cause is kept.
+func (r *RawConn) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: r.LocalAddr(), Addr: r.RemoteAddr(), Err: err}
 }

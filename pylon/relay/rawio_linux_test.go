@@ -180,3 +180,20 @@ func TestRawLeavesConnsWithoutASocket(t *testing.T) {
 		t.Errorf("Raw(pipe) = %T, want the pipe itself", got)
 	}
 }
+
+// A read or write allocates nothing (they run once per request and per streamed chunk).
+func TestRawConnCallsDoNotAllocate(t *testing.T) {
+	client, server := rawPair(t)
+	msg, buf := []byte("data: {}\n\n"), make([]byte, 64)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(server, buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per write and read, want 0", allocs)
+	}
+}
