@@ -18,15 +18,17 @@ type RawConn struct {
 	rd       rawOp
 	writeMu  sync.Mutex // one Write at a time owns wr
 	wr       rawOp
-	readStep func(fd uintptr) bool // rd.read and wr.write bound once, so a call allocates nothing
+	readStep func(fd uintptr) bool // rd.run and wr.run bound once, so a call allocates nothing
 	wrStep   func(fd uintptr) bool
 }
 
-// rawOp is one direction's call in progress: its buffer and its outcome.
+// rawOp is one direction's call in progress: the syscall, its buffer and its outcome.
 type rawOp struct {
-	buf   []byte
-	n     int
-	errno syscall.Errno
+	trap    uintptr // SYS_READ or SYS_WRITE
+	buf     []byte
+	n       int
+	errno   syscall.Errno
+	stalled bool
 }
 
 // Raw returns nc with raw reads and writes, or nc itself when it exposes no socket.
@@ -39,40 +41,30 @@ func Raw(nc net.Conn) net.Conn {
 	if err != nil {
 		return nc
 	}
-	c := &RawConn{Conn: nc, rc: rc}
-	c.readStep, c.wrStep = c.rd.read, c.wr.write
+	c := &RawConn{Conn: nc, rc: rc, rd: rawOp{trap: syscall.SYS_READ}, wr: rawOp{trap: syscall.SYS_WRITE}}
+	c.readStep, c.wrStep = c.rd.run, c.wr.run
 	return c
 }
 
 // SyscallConn exposes the socket.
 func (r *RawConn) SyscallConn() (syscall.RawConn, error) { return r.rc, nil }
 
-// read makes one read; false asks the netpoller to wait for readability.
-func (o *rawOp) read(fd uintptr) bool {
+// run makes the call: one read, or writes until the whole buffer is written. false asks
+// the netpoller to wait until the socket is ready.
+func (o *rawOp) run(fd uintptr) bool {
 	for {
-		m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(o.buf))), uintptr(len(o.buf)))
-		switch e {
-		case 0:
-			o.n = int(m)
-			return true
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			o.errno = e
-			return true
-		}
-	}
-}
-
-// write writes all of the buffer; false asks the netpoller to wait for writability.
-func (o *rawOp) write(fd uintptr) bool {
-	for o.n < len(o.buf) {
 		rest := o.buf[o.n:]
-		m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
+		m, _, e := syscall.RawSyscall(o.trap, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
 		switch e {
 		case 0:
 			o.n += int(m)
+			switch {
+			case o.trap == syscall.SYS_READ || o.n == len(o.buf):
+				return true
+			case m == 0:
+				o.stalled = true // a write that wrote nothing (net.Conn reports it the same way)
+				return true
+			}
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
@@ -81,41 +73,45 @@ func (o *rawOp) write(fd uintptr) bool {
 			return true
 		}
 	}
-	return true
 }
 
 // Read reads like net.Conn.Read.
 func (r *RawConn) Read(b []byte) (int, error) {
-	r.readMu.Lock()
-	r.rd = rawOp{buf: b}
-	err := r.rc.Read(r.readStep)
-	n, errno := r.rd.n, r.rd.errno
-	r.rd.buf = nil
-	r.readMu.Unlock()
-	switch {
-	case err != nil:
-		return 0, r.opError("read", err)
-	case errno != 0:
-		return 0, r.opError("read", os.NewSyscallError("read", errno))
-	case n == 0 && len(b) > 0:
+	n, err := r.call(false, b)
+	if err == nil && n == 0 && len(b) > 0 {
 		return 0, io.EOF
 	}
-	return n, nil
+	return n, err
 }
 
 // Write writes all of b like net.Conn.Write.
-func (r *RawConn) Write(b []byte) (int, error) {
-	r.writeMu.Lock()
-	r.wr = rawOp{buf: b}
-	err := r.rc.Write(r.wrStep)
-	n, errno := r.wr.n, r.wr.errno
-	r.wr.buf = nil
-	r.writeMu.Unlock()
+func (r *RawConn) Write(b []byte) (int, error) { return r.call(true, b) }
+
+// call makes one Read (write false) or Write of b through the RawConn, which holds the
+// socket open and waits in the netpoller whenever the step asks to.
+func (r *RawConn) call(write bool, b []byte) (int, error) {
+	mu, o, step, op := &r.readMu, &r.rd, r.readStep, "read"
+	if write {
+		mu, o, step, op = &r.writeMu, &r.wr, r.wrStep, "write"
+	}
+	mu.Lock()
+	o.buf, o.n, o.errno, o.stalled = b, 0, 0, false
+	var err error
+	if write {
+		err = r.rc.Write(step)
+	} else {
+		err = r.rc.Read(step)
+	}
+	n, errno, stalled := o.n, o.errno, o.stalled
+	o.buf = nil
+	mu.Unlock()
 	switch {
 	case err != nil:
-		return n, r.opError("write", err)
+		return n, r.opError(op, err)
 	case errno != 0:
-		return n, r.opError("write", os.NewSyscallError("write", errno))
+		return n, r.opError(op, os.NewSyscallError(op, errno))
+	case stalled:
+		return n, r.opError(op, io.ErrUnexpectedEOF)
 	}
 	return n, nil
 }
