@@ -113,16 +113,35 @@ func removeBinaries() {
 	}
 }
 
+// handedOut holds every address FreeAddr returned in this process: the kernel may offer a
+// port again once its probe listener is closed, before the child that was given it has
+// bound it (two pylons of one fleet were once given the same port).
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
 // FreeAddr returns a 127.0.0.1:port that was free a moment ago (for a child process to
-// listen on; a race with another process is possible but unlikely).
+// listen on) and that no earlier call in this process returned; a race with another
+// process is possible but unlikely.
 func FreeAddr(t *testing.T) string {
 	t.Helper()
 	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		handedOut.Lock()
+		fresh := !handedOut.addrs[addr]
+		handedOut.addrs[addr] = true
+		handedOut.Unlock()
+		if fresh {
+			return addr
+		}
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	t.Fatal("no loopback port that was not handed out before")
+	return ""
 }
