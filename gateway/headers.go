@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +81,55 @@ var routingHeaderNames = [nRoutingHeaders]string{
 	hSLO: control.HeaderRequestSLOMs, hMaxWait: control.HeaderMaxWaitMs,
 }
 
+// routingNames matches the routing headers but the configurable retry budget.
+var routingNames = newHeaderSet(routingHeaderNames[:hBudget]...)
+
+// headerSet matches header names ASCII case-insensitively. It is laid out for a cold
+// cache (it runs once per request, between other processes' work): one bit mask per name
+// length says which names have it, so most headers are rejected with one load, and the
+// names are kept in fasthttp's canonical form (what arrives while header normalizing is
+// on, as in the gateway) in one contiguous array, so a match is usually one bytes.Equal.
+type headerSet struct {
+	byLen [maxSetName + 1]uint32 // bit i: names[i] has this length
+	canon [][maxSetName]byte
+	names []string // as listed; lookup returns an index into names and canon
+}
+
+// maxSetName bounds the names of a headerSet (at most 32 names).
+const maxSetName = 32
+
+func newHeaderSet(names ...string) *headerSet {
+	if len(names) > 32 {
+		panic("too many names for a headerSet")
+	}
+	s := &headerSet{names: names, canon: make([][maxSetName]byte, len(names))}
+	for i, n := range names {
+		if len(n) > maxSetName {
+			panic("header name too long for a headerSet: " + n)
+		}
+		copy(s.canon[i][:], fasthttp.AppendNormalizedHeaderKey(nil, n))
+		s.byLen[len(n)] |= 1 << i
+	}
+	return s
+}
+
+// lookup returns the index of k's name in the set.
+func (s *headerSet) lookup(k []byte) (int, bool) {
+	if len(k) > maxSetName {
+		return 0, false
+	}
+	for m := s.byLen[len(k)]; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros32(m)
+		if c := s.canon[i][:len(k)]; bytes.Equal(c, k) || bytes.EqualFold(c, k) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// canonical is names[i] in fasthttp's canonical form.
+func (s *headerSet) canonical(i int) []byte { return s.canon[i][:len(s.names[i])] }
+
 // routingHeaders holds the first value of each routing header (nil = absent).
 type routingHeaders [nRoutingHeaders][]byte
 
@@ -88,21 +138,10 @@ type routingHeaders [nRoutingHeaders][]byte
 // the retry-budget header's name ("" disables it).
 func (rh *routingHeaders) collect(h *fasthttp.RequestHeader, budgetHeader string) {
 	for k, v := range h.All() {
-		if len(k) < 2 || (k[0]|0x20) != 'x' || k[1] != '-' {
-			if budgetHeader != "" && len(k) == len(budgetHeader) && bytes.EqualFold(k, []byte(budgetHeader)) && rh[hBudget] == nil {
-				rh[hBudget] = nonNil(v)
-			}
-			continue
+		if i, ok := routingNames.lookup(k); ok && rh[i] == nil {
+			rh[i] = nonNil(v)
 		}
-		for i := range hBudget {
-			if n := routingHeaderNames[i]; len(n) == len(k) && bytes.EqualFold(k, []byte(n)) {
-				if rh[i] == nil {
-					rh[i] = nonNil(v)
-				}
-				break
-			}
-		}
-		if budgetHeader != "" && len(k) == len(budgetHeader) && bytes.EqualFold(k, []byte(budgetHeader)) && rh[hBudget] == nil {
+		if budgetHeader != "" && len(k) == len(budgetHeader) && bytes.EqualFold(k, bytesOf(budgetHeader)) && rh[hBudget] == nil {
 			rh[hBudget] = nonNil(v)
 		}
 	}
@@ -134,12 +173,12 @@ func (rh *routingHeaders) str(i int) (string, bool, error) {
 	return string(v), true, nil
 }
 
-func (rh *routingHeaders) uint(i, bits int, budgetHeader string) (uint64, bool, error) {
+func (rh *routingHeaders) uint(i, bitSize int, budgetHeader string) (uint64, bool, error) {
 	v := rh[i]
 	if v == nil {
 		return 0, false, nil
 	}
-	n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, bits)
+	n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, bitSize)
 	if err != nil {
 		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %q", ErrBadRequest, rh.name(i, budgetHeader), v)
 	}

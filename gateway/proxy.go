@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,26 +34,20 @@ var internalResponse = []string{
 	control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs, control.HeaderExpectedQueueMs, control.HeaderPylonLoad,
 }
 
-// stripped returns the listed name matching a header name (ASCII case-insensitive).
-func stripped(name []byte, a, b []string) (string, bool) {
-	for _, l := range [2][]string{a, b} {
-		for _, s := range l {
-			if len(s) == len(name) && bytes.EqualFold([]byte(s), name) {
-				return s, true
-			}
-		}
-	}
-	return "", false
-}
+// Header names the gateway strips, matched ASCII case-insensitively.
+var (
+	strippedRequest  = newHeaderSet(append(slices.Clone(internalRequest), hopByHop...)...)
+	strippedResponse = newHeaderSet(append(slices.Clone(internalResponse), hopByHop...)...)
+)
 
 // stripRequest deletes hop-by-hop and internal headers in one pass over the request's
-// headers; usually none is present and nothing is deleted.
+// headers; usually none is present and nothing is deleted (nor allocated).
 func stripRequest(h *fasthttp.RequestHeader) {
 	var buf [8]string
 	del := buf[:0]
 	for k := range h.All() {
-		if s, ok := stripped(k, internalRequest, hopByHop); ok {
-			del = append(del, s)
+		if _, ok := strippedRequest.lookup(k); ok {
+			del = append(del, string(k)) // the name as sent: Del matches it exactly when normalizing is off
 		}
 	}
 	for _, k := range del {
@@ -71,15 +66,19 @@ type responseScan struct {
 
 func (rs *responseScan) scan(h *fasthttp.ResponseHeader) {
 	for k, v := range h.All() {
-		s, ok := stripped(k, internalResponse, hopByHop)
+		i, ok := strippedResponse.lookup(k)
 		if !ok {
 			continue
 		}
-		if s == control.HeaderPylonLoad && rs.load == nil {
+		name := strippedResponse.names[i]
+		if name == control.HeaderPylonLoad && rs.load == nil {
 			rs.load = v
 		}
 		if rs.n < len(rs.del) {
-			rs.del[rs.n] = s
+			if !bytes.Equal(k, strippedResponse.canonical(i)) {
+				name = string(k) // the name as sent (see stripRequest)
+			}
+			rs.del[rs.n] = name
 			rs.n++
 		}
 	}
