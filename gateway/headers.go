@@ -90,9 +90,10 @@ var routingNames = newHeaderSet(routingHeaderNames[:hBudget]...)
 // names are kept in fasthttp's canonical form (what arrives while header normalizing is
 // on, as in the gateway) in one contiguous array, so a match is usually one bytes.Equal.
 type headerSet struct {
-	byLen [maxSetName + 1]uint32 // bit i: names[i] has this length
-	canon [][maxSetName]byte
-	names []string // as listed; lookup returns an index into names and canon
+	byLen      [maxSetName + 1]uint32 // bit i: names[i] has this length
+	canon      [][maxSetName]byte
+	names      []string // as listed; lookup returns an index into names and canon
+	canonNames []string // canon as strings
 }
 
 // maxSetName bounds the names of a headerSet (at most 32 names).
@@ -107,7 +108,9 @@ func newHeaderSet(names ...string) *headerSet {
 		if len(n) > maxSetName {
 			panic("header name too long for a headerSet: " + n)
 		}
-		copy(s.canon[i][:], fasthttp.AppendNormalizedHeaderKey(nil, n))
+		c := fasthttp.AppendNormalizedHeaderKey(nil, n)
+		copy(s.canon[i][:], c)
+		s.canonNames = append(s.canonNames, string(c))
 		s.byLen[len(n)] |= 1 << i
 	}
 	return s
@@ -127,8 +130,15 @@ func (s *headerSet) lookup(k []byte) (int, bool) {
 	return 0, false
 }
 
-// canonical is names[i] in fasthttp's canonical form.
-func (s *headerSet) canonical(i int) []byte { return s.canon[i][:len(s.names[i])] }
+// sent returns the name k, found at index i, as the headers carry it, for deleting it:
+// fasthttp's Del matches it exactly when header normalizing is off. It copies k only when
+// k is not in the canonical form (never while normalizing is on).
+func (s *headerSet) sent(i int, k []byte) string {
+	if c := s.canonNames[i]; string(k) == c {
+		return c
+	}
+	return string(k)
+}
 
 // routingHeaders holds the first value of each routing header (nil = absent).
 type routingHeaders [nRoutingHeaders][]byte

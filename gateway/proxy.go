@@ -46,8 +46,8 @@ func stripRequest(h *fasthttp.RequestHeader) {
 	var buf [8]string
 	del := buf[:0]
 	for k := range h.All() {
-		if _, ok := strippedRequest.lookup(k); ok {
-			del = append(del, string(k)) // the name as sent: Del matches it exactly when normalizing is off
+		if i, ok := strippedRequest.lookup(k); ok {
+			del = append(del, strippedRequest.sent(i, k))
 		}
 	}
 	for _, k := range del {
@@ -70,15 +70,11 @@ func (rs *responseScan) scan(h *fasthttp.ResponseHeader) {
 		if !ok {
 			continue
 		}
-		name := strippedResponse.names[i]
-		if name == control.HeaderPylonLoad && rs.load == nil {
+		if strippedResponse.names[i] == control.HeaderPylonLoad && rs.load == nil {
 			rs.load = v
 		}
 		if rs.n < len(rs.del) {
-			if !bytes.Equal(k, strippedResponse.canonical(i)) {
-				name = string(k) // the name as sent (see stripRequest)
-			}
-			rs.del[rs.n] = name
+			rs.del[rs.n] = strippedResponse.sent(i, k)
 			rs.n++
 		}
 	}
