@@ -1,23 +1,15 @@
 package relay
 
 import (
-	"net"
 	"testing"
+
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 )
 
 // Upstream connections (the gateway's pool to pylons, the pylon's to its engine) are
 // dialled with raw socket I/O.
 func TestConnsDialRawConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			_ = c.Close()
-		}
-	}()
+	ln, _ := mocktest.Loopback(t)
 	w := NewConns(nil, 0, 0, func(uint32) {})
 	nc, err := w.DialTimeout(ln.Addr().String(), 0)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -18,27 +19,11 @@ import (
 // side accepted through RawListener, the client side wrapped by Raw.
 func rawPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := relay.RawListener{Listener: ln}.Accept()
-		if err != nil {
-			accepted <- nil
-			return
-		}
-		accepted <- c
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, nc := mocktest.Loopback(t)
 	client = relay.Raw(nc)
-	if server = <-accepted; server == nil {
-		t.Fatal("accept failed")
+	server, err := relay.RawListener{Listener: ln}.Accept()
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = client.Close()

@@ -145,3 +145,23 @@ func FreeAddr(t *testing.T) string {
 	t.Fatal("no loopback port that was not handed out before")
 	return ""
 }
+
+// Loopback returns a listener on 127.0.0.1 and a client connection to it; the connection
+// completes in the listen backlog, so the caller's Accept returns at once. Both close at
+// the end of the test.
+func Loopback(t *testing.T) (net.Listener, net.Conn) {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var d net.Dialer
+	c, err := d.DialContext(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return ln, c
+}
