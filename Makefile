@@ -65,7 +65,7 @@ $(TOOLS)/gofumpt:
 $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
-demo: build ## Compare four routing algorithms on a prefix-reuse workload on local mock engines (~45 s).
+demo: build ## Compare four routing algorithms on a prefix-reuse workload on local mock engines (~75 s).
 	./$(BIN)/bench run --scenario bench/scenarios/demo.yaml --out out/demo
 
 overhead: build ## Latency the pylon and the gateway add vs a bare fasthttp proxy, each component in its own process (~1 min).
