@@ -95,8 +95,8 @@ func releaseCallMsgs(m *callMsgs) {
 }
 
 // call sends m, which carries ch, to the actor and waits for the answer; ok is false when
-// the actor stopped first. With the synchronized dispatcher an idle actor has already
-// answered when Send returns, so this costs no goroutine switch.
+// the actor stopped first. On its inline mailbox an idle actor has already answered when
+// Send returns, so this costs no goroutine switch.
 func (g *generation) call(sender actor.SenderContext, m any, ch chan reply) (r reply, ok bool) {
 	sender.Send(g.pid, m)
 	select {
@@ -211,7 +211,7 @@ type modelEntry struct {
 // completed (the handler then writes x-pylon-load, which so includes its own request),
 // before answering a rejected admission, and on flush (registrars, metrics).
 //
-// It runs on a synchronized dispatcher (genProps): a message sent while the actor is idle
+// It runs on an inline mailbox (genProps, actors.InlineMailbox): a message sent while the actor is idle
 // is processed inline on the sender's goroutine, so a request handler's calls cost no
 // goroutine hop; messages that arrive meanwhile are processed in order by whichever
 // goroutine is running the mailbox. Receive never blocks.
@@ -328,9 +328,9 @@ func (a *genActor) refresh(now time.Time) {
 	}
 }
 
-// genProps spawns a generation actor on the synchronized dispatcher (see genActor).
+// genProps spawns a generation actor on the inline mailbox (see genActor).
 func genProps(a *genActor) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
+	return actors.InlineProps(func() actor.Actor { return a })
 }
 
 // publish rebuilds the snapshot from the aggregate, in place.

@@ -125,12 +125,12 @@ func NewScheduler(target Target, deps Deps) *Scheduler {
 // hashTarget seeds each target's randomness differently (and reproducibly).
 func hashTarget(t Target) uint64 { return xxh3.HashString(t.RoutingKey + "\x00" + t.Model) }
 
-// Props returns the actor props of s. The mailbox runs on the sender's goroutine when the
-// scheduler is idle (synchronized dispatcher): a Route from a handler is decided inline,
-// without a goroutine hop, while messages that arrive during processing are still handled
-// one at a time, in order, by whichever goroutine is running the mailbox.
+// Props returns the actor props of s. The mailbox (actors.InlineMailbox) runs on the
+// sender's goroutine when the scheduler is idle: a Route from a handler is decided inline,
+// without a goroutine hop or an allocation, while messages that arrive during processing
+// are still handled one at a time, in order, by whichever goroutine is running the mailbox.
 func (s *Scheduler) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
+	return actors.InlineProps(func() actor.Actor { return s })
 }
 
 // Receive implements actor.Actor.

@@ -137,9 +137,9 @@ func (f *Fleet) Register(reg control.Registration) error {
 		IDBytes: []byte(reg.ID), URLBytes: []byte(reg.URL), ClusterIDBytes: []byte(reg.ClusterID),
 	}
 	a := &backendActor{fleet: f, b: b, models: map[string]*modelView{}}
-	// Synchronized dispatcher: reports from handlers are applied inline when the actor is
-	// idle (no goroutine hop), still one message at a time.
-	b.pid = f.deps.System.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300))))
+	// Inline mailbox: reports from handlers are applied on their goroutine when the actor
+	// is idle (no goroutine hop, no allocation), still one message at a time.
+	b.pid = f.deps.System.Root.Spawn(actors.InlineProps(func() actor.Actor { return a }))
 	f.backends[reg.ID] = b
 	var ctx context.Context
 	ctx, b.cancel = context.WithCancel(context.Background())
