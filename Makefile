@@ -23,9 +23,10 @@ build: ## Build the four binaries (gateway, pylon, engine, bench) into bin/.
 	@mkdir -p $(BIN)
 	@for b in $(BINARIES); do $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$b ./cmd/$$b || exit 1; done
 
-test: build ## go vet, then every test with -race and -shuffle=on (fuzz corpora replayed).
+test: build ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race.
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 12m ./...
+	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./pylon/relay/
 
 race: test ## Alias of test: -race is always on.
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -14,7 +15,7 @@ import (
 )
 
 // serve runs h on a fresh loopback listener until the benchmark ends.
-func serve(b *testing.B, h fasthttp.RequestHandler) string {
+func serve(b testing.TB, h fasthttp.RequestHandler) string {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,26 +51,7 @@ func percentile(d []time.Duration, q float64) time.Duration {
 // go test -run '^$' -bench AddedLatency -benchtime 1x ./gateway/
 func BenchmarkAddedLatency(b *testing.B) {
 	const requests, warmup = 20_000, 2000 // per path
-	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog and keeps running far away."},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":16,"total_tokens":19}}`)
-	// The upstream plays a pylon: it echoes the highest dispatch sequence in a load report
-	// on every response. Requests are serial, so echo and buf need no lock.
-	var echo uint64
-	var buf []byte
-	upstream := serve(b, func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) == control.HealthPath {
-			return
-		}
-		if v := ctx.Request.Header.Peek(control.HeaderDispatchSeq); v != nil {
-			if _, seq, err := control.ParseDispatchSeq(string(v)); err == nil {
-				echo = max(echo, seq)
-			}
-		}
-		report := control.LoadReport{Model: "m", Load: idleLoad(), DispatchSeq: echo}
-		buf = control.AppendLoadReport(buf[:0], &report)
-		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, buf)
-		ctx.SetContentType("application/json")
-		ctx.SetBody(body)
-	})
+	upstream := serve(b, pylonLike())
 	proxy, gw := benchFleet(b, upstream, false)
 	ctl := &fasthttp.HostClient{Addr: gw}
 	defer ctl.CloseIdleConnections()
@@ -147,11 +129,35 @@ func BenchmarkAddedLatency(b *testing.B) {
 	b.ReportMetric(float64(g99)/float64(p99), "ratio-p99")
 }
 
+// pylonLike is an upstream that plays a pylon: a 280-byte JSON answer with an x-pylon-load
+// report echoing the highest dispatch sequence seen, without allocating. Requests must be
+// serial (the echo and the report buffer have no lock).
+func pylonLike() fasthttp.RequestHandler {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog and keeps running far away."},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":16,"total_tokens":19}}`)
+	var echo uint64
+	var buf []byte
+	return func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == control.HealthPath {
+			return
+		}
+		if v := ctx.Request.Header.Peek(control.HeaderDispatchSeq); len(v) > 0 {
+			if _, seq, err := control.ParseDispatchSeq(unsafe.String(&v[0], len(v))); err == nil {
+				echo = max(echo, seq)
+			}
+		}
+		report := control.LoadReport{Model: "m", Load: idleLoad(), DispatchSeq: echo}
+		buf = control.AppendLoadReport(buf[:0], &report)
+		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, buf)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+	}
+}
+
 // benchFleet starts, next to upstream, a bare fasthttp reverse proxy in front of it (one
 // HostClient.Do per request; streamBody makes it stream answers, the LIBRARIES.md zero-copy
 // idiom) and a gateway with upstream registered as backend "u" serving model "m"; it
 // returns both addresses once the backend is routable. Everything stops at cleanup.
-func benchFleet(b *testing.B, upstream string, streamBody bool) (proxy, gw string) {
+func benchFleet(b testing.TB, upstream string, streamBody bool) (proxy, gw string) {
 	b.Helper()
 	upClient := &fasthttp.HostClient{Addr: upstream}
 	proxy = serve(b, func(ctx *fasthttp.RequestCtx) {
@@ -186,7 +192,7 @@ func benchFleet(b *testing.B, upstream string, streamBody bool) (proxy, gw strin
 
 // register registers upstream as backend "u" serving model "m" and waits until the
 // gateway has its first RTT probe (routable).
-func register(b *testing.B, gw, upstream string) {
+func register(b testing.TB, gw, upstream string) {
 	b.Helper()
 	ctl := &fasthttp.HostClient{Addr: gw}
 	defer ctl.CloseIdleConnections()
