@@ -15,11 +15,11 @@ import (
 )
 
 // serve runs h on a fresh loopback listener until the benchmark ends.
-func serve(b testing.TB, h fasthttp.RequestHandler) string {
-	b.Helper()
+func serve(tb testing.TB, h fasthttp.RequestHandler) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	s := &fasthttp.Server{Handler: h}
 	done := make(chan struct{})
@@ -27,7 +27,7 @@ func serve(b testing.TB, h fasthttp.RequestHandler) string {
 		defer close(done)
 		_ = s.Serve(ln)
 	}()
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = s.Shutdown()
 		<-done
 	})
@@ -157,10 +157,10 @@ func pylonLike() fasthttp.RequestHandler {
 // HostClient.Do per request; streamBody makes it stream answers, the LIBRARIES.md zero-copy
 // idiom) and a gateway with upstream registered as backend "u" serving model "m"; it
 // returns both addresses once the backend is routable. Everything stops at cleanup.
-func benchFleet(b testing.TB, upstream string, streamBody bool) (proxy, gw string) {
-	b.Helper()
+func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw string) {
+	tb.Helper()
 	upClient := &fasthttp.HostClient{Addr: upstream}
-	proxy = serve(b, func(ctx *fasthttp.RequestCtx) {
+	proxy = serve(tb, func(ctx *fasthttp.RequestCtx) {
 		ctx.Request.Header.Del("Connection")
 		ctx.Response.StreamBody = streamBody
 		if err := upClient.Do(&ctx.Request, &ctx.Response); err != nil {
@@ -169,31 +169,31 @@ func benchFleet(b testing.TB, upstream string, streamBody bool) (proxy, gw strin
 	})
 	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	gln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	gdone := make(chan struct{})
 	go func() {
 		defer close(gdone)
 		_ = g.Serve(gln)
 	}()
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		g.Shutdown()
 		<-gdone
 		upClient.CloseIdleConnections()
 	})
 	gw = gln.Addr().String()
-	register(b, gw, upstream)
+	register(tb, gw, upstream)
 	return proxy, gw
 }
 
 // register registers upstream as backend "u" serving model "m" and waits until the
 // gateway has its first RTT probe (routable).
-func register(b testing.TB, gw, upstream string) {
-	b.Helper()
+func register(tb testing.TB, gw, upstream string) {
+	tb.Helper()
 	ctl := &fasthttp.HostClient{Addr: gw}
 	defer ctl.CloseIdleConnections()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -203,7 +203,7 @@ func register(b testing.TB, gw, upstream string) {
 	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
 	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
 	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-		b.Fatalf("register: %v %d", err, resp.StatusCode())
+		tb.Fatalf("register: %v %d", err, resp.StatusCode())
 	}
 	for range 200 {
 		req.Reset()
@@ -213,5 +213,5 @@ func register(b testing.TB, gw, upstream string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	b.Fatalf("backend never routable:\n%s", resp.Body())
+	tb.Fatalf("backend never routable:\n%s", resp.Body())
 }
