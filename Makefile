@@ -26,7 +26,7 @@ build: ## Build the four binaries (gateway, pylon, engine, bench) into bin/.
 test: build ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race.
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 12m ./...
-	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./pylon/relay/
+	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./pylon/relay/ ./pylon/stats/
 
 race: test ## Alias of test: -race is always on.
 

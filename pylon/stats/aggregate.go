@@ -94,7 +94,7 @@ type Aggregate struct {
 	model      string
 	generation uint64
 
-	reqs        map[string]*request
+	reqs        map[string]request // by value: admitting a request allocates nothing
 	count       [numPhases]uint64
 	tokens      [numPhases]uint64
 	pendingWork map[uint32]uint64 // Pending prompt work by priority
@@ -127,7 +127,7 @@ type Aggregate struct {
 // NewAggregate returns the aggregate of generation gen of model.
 func NewAggregate(model string, gen uint64, o Options) *Aggregate {
 	a := &Aggregate{
-		model: model, generation: gen, reqs: make(map[string]*request), pendingWork: make(map[uint32]uint64),
+		model: model, generation: gen, reqs: make(map[string]request), pendingWork: make(map[uint32]uint64),
 		engineReqs: make(map[string]*engineRequest), fallbackConc: o.FallbackConcurrency,
 	}
 	a.input.Bootstrap(o.InitialInputTPS, o.PinInputTPS)
@@ -181,7 +181,7 @@ func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs ui
 	if _, dup := a.reqs[id]; dup {
 		return d
 	}
-	a.reqs[id] = &request{priority: priority, inputTokens: inputTokens, phase: Pending, admittedAt: now}
+	a.reqs[id] = request{priority: priority, inputTokens: inputTokens, phase: Pending, admittedAt: now}
 	a.count[Pending]++
 	a.tokens[Pending] += inputTokens
 	a.pendingWork[priority] += inputTokens
@@ -210,7 +210,8 @@ func (a *Aggregate) move(r *request, to Phase) {
 // ResponseStarted moves a Pending request to InputProcessing (engine headers arrived).
 func (a *Aggregate) ResponseStarted(id string) {
 	if r, ok := a.reqs[id]; ok && r.phase == Pending {
-		a.move(r, InputProcessing)
+		a.move(&r, InputProcessing)
+		a.reqs[id] = r
 	}
 }
 
@@ -222,7 +223,8 @@ func (a *Aggregate) FirstOutput(id string, now time.Time) bool {
 	if !ok || r.phase == OutputGeneration {
 		return false
 	}
-	a.move(r, OutputGeneration)
+	a.move(&r, OutputGeneration)
+	a.reqs[id] = r
 	if a.streamFeeding(now) || r.inputTokens == 0 {
 		return false
 	}
@@ -242,7 +244,7 @@ func (a *Aggregate) Finish(id string, outputTokens uint64, decode time.Duration,
 	if !ok {
 		return
 	}
-	a.move(r, numPhases)
+	a.move(&r, numPhases)
 	delete(a.reqs, id)
 	if !a.streamFeeding(now) && outputTokens > 1 && decode > 0 {
 		a.output.Add(float64(outputTokens-1) / decode.Seconds())

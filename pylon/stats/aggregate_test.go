@@ -248,3 +248,32 @@ func TestEngineMetricsUpdates(t *testing.T) {
 		t.Errorf("engine load %d %d %v", r, w, ok)
 	}
 }
+
+// A request's whole life in the aggregate — admission, engine headers, first output,
+// finish — allocates nothing once warm (requests are kept by value).
+func TestRequestLifecycleAllocatesNothing(t *testing.T) {
+	a := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 8, InitialInputTPS: 1000})
+	ids := []string{"r1", "r2", "r3", "r4"}
+	now := t0
+	life := func() {
+		for _, id := range ids {
+			now = now.Add(time.Millisecond)
+			if d := a.Admit(id, 0, 100, 0, false, on, now); !d.Admit() {
+				t.Fatalf("%s rejected: %+v", id, d)
+			}
+		}
+		for _, id := range ids {
+			a.ResponseStarted(id)
+			now = now.Add(time.Millisecond)
+			a.FirstOutput(id, now)
+			a.Finish(id, 10, 5*time.Millisecond, now)
+		}
+	}
+	life() // warm the maps and scratch buffers
+	if n := testing.AllocsPerRun(100, life); n != 0 {
+		t.Errorf("%.1f allocations per %d request lifecycles, want 0", n, len(ids))
+	}
+	if a.Live() != 0 {
+		t.Errorf("%d requests still live", a.Live())
+	}
+}
