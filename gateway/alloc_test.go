@@ -31,10 +31,10 @@ func TestGatewayRequestPathAllocatesNothing(t *testing.T) {
 		req.Header.SetMethod(fasthttp.MethodPost)
 		req.SetRequestURI("/v1/chat/completions")
 		req.SetHost(path.addr)
-		req.Header.Set(control.HeaderModel, "m")
+		req.Header.Set(control.HeaderModel, benchModel)
 		req.Header.Set(control.HeaderInputTokens, "3")
-		req.Header.Set(control.HeaderRequestID, "r")
-		req.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+		req.Header.Set(control.HeaderRequestID, benchRequestID)
+		req.SetBodyString(`{"model":"`+benchModel+`","messages":[{"role":"user","content":"hi"}]}`)
 		do := func() {
 			if err := c.Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {
 				t.Fatalf("%s: %v %d %s", path.name, err, resp.StatusCode(), resp.Body())

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -16,8 +17,11 @@ import (
 )
 
 // routing is the parsed routing contract of one request (REFERENCE.md §3.2, DESIGN.md §5.1).
+// model, routingKey and method read from headers view the request's header bytes (no copy
+// on the hot path): they are valid until the request's headers change, which happens only
+// after resolve, and resolve copies what it keeps.
 type routing struct {
-	requestID      string
+	newRequestID   string // generated: the request had no x-request-id ("" otherwise)
 	model          string
 	inputTokens    uint64
 	estimated      bool // inputTokens estimated from the body
@@ -33,7 +37,6 @@ type routing struct {
 	hasMaxWait     bool
 	budget         time.Duration
 	hasBudget      bool
-	requestIDIsNew bool
 }
 
 // openAIBody is the part of an OpenAI request body the gateway reads when headers are absent.
@@ -173,14 +176,26 @@ func (rh *routingHeaders) name(i int, budgetHeader string) string {
 }
 
 func (rh *routingHeaders) str(i int) (string, bool, error) {
+	v, ok, err := rh.valid(i)
+	return string(v), ok, err
+}
+
+// view is str without the copy: the string views the header's bytes (see routing).
+func (rh *routingHeaders) view(i int) (string, bool, error) {
+	v, ok, err := rh.valid(i)
+	return unsafe.String(unsafe.SliceData(v), len(v)), ok, err
+}
+
+// valid returns header i's value, which must be UTF-8.
+func (rh *routingHeaders) valid(i int) ([]byte, bool, error) {
 	v := rh[i]
 	if v == nil {
-		return "", false, nil
+		return nil, false, nil
 	}
 	if !utf8.Valid(v) {
-		return "", true, fmt.Errorf("%w: header %s is not valid UTF-8", ErrBadRequest, routingHeaderNames[i])
+		return nil, true, fmt.Errorf("%w: header %s is not valid UTF-8", ErrBadRequest, routingHeaderNames[i])
 	}
-	return string(v), true, nil
+	return v, true, nil
 }
 
 func (rh *routingHeaders) uint(i, bitSize int, budgetHeader string) (uint64, bool, error) {
@@ -204,16 +219,18 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 	var ok bool
 	var rh routingHeaders
 	rh.collect(h, budgetHeader)
-	if r.requestID, ok, err = rh.str(hRequestID); err != nil {
+	// The request id is only checked: it travels on in the header.
+	id, ok, err := rh.valid(hRequestID)
+	if err != nil {
 		return r, err
 	}
-	if strings.TrimSpace(r.requestID) == "" {
+	if len(bytes.TrimSpace(id)) == 0 {
 		if ok {
 			return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, control.HeaderRequestID)
 		}
-		r.requestID, r.requestIDIsNew = newID(), true
+		r.newRequestID = newID()
 	}
-	if r.model, ok, err = rh.str(hModel); err != nil {
+	if r.model, ok, err = rh.view(hModel); err != nil {
 		return r, err
 	}
 	if ok && strings.TrimSpace(r.model) == "" {
@@ -238,11 +255,11 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 			r.inputTokens, r.estimated = estimateTokens(&b), true
 		}
 	}
-	if r.routingKey, _, err = rh.str(hRoutingKey); err != nil {
+	if r.routingKey, _, err = rh.view(hRoutingKey); err != nil {
 		return r, err
 	}
 	r.routingKey = strings.TrimSpace(r.routingKey)
-	if r.method, r.hasMethod, err = rh.str(hRoutingMethod); err != nil {
+	if r.method, r.hasMethod, err = rh.view(hRoutingMethod); err != nil {
 		return r, err
 	}
 	if r.affinityKey, _, err = rh.str(hAffinityKey); err != nil {

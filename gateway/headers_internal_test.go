@@ -28,7 +28,7 @@ func TestParseRoutingSinglePass(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := routing{
-		requestID: "generated", requestIDIsNew: true, model: "m", inputTokens: 42, routingKey: "tenant",
+		newRequestID: "generated", model: "m", inputTokens: 42, routingKey: "tenant",
 		affinityKey: "k", priority: 4, maxWait: 60_000_000_000, hasMaxWait: true, budget: 250_000_000, hasBudget: true,
 	}
 	if r != want {
@@ -70,5 +70,39 @@ func TestParseLoadReportDoesNotAliasTheHeader(t *testing.T) {
 	}
 	if _, err := parseLoadReport([]byte("q=1"), "m"); err == nil {
 		t.Error("a report without a version parsed")
+	}
+}
+
+// The model, routing key and method are parsed as views of the header bytes; a target
+// resolved for the first time keeps copies, so reusing the header buffer (fasthttp does,
+// request after request) cannot change what the gateway remembers.
+func TestResolveKeepsCopiesOfHeaderViews(t *testing.T) {
+	g, err := New(Config{GatewayID: "t"}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var h fasthttp.RequestHeader
+	h.Set("X-Model", "model-a")
+	h.Set("X-Routing-Key", "tenant-a")
+	h.Set("X-Routing-Method", "power-of-n")
+	h.Set("X-Request-Id", "req-1")
+	h.Set("X-Input-Tokens", "10")
+	rt, err := parseRouting(&h, nil, "", func() string { return "new" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.resolve(&rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Set("X-Model", "MODEL-B") // same lengths: fasthttp overwrites the value in place
+	h.Set("X-Routing-Key", "TENANT-B")
+	h.Set("X-Routing-Method", "POWER-OF-N")
+	if r.target.Model != "model-a" || r.target.RoutingKey != "tenant-a" || r.method != "power-of-n" {
+		t.Errorf("resolved target %+v method %q changed with the header buffer", r.target, r.method)
+	}
+	if rt.newRequestID != "" {
+		t.Errorf("a request with x-request-id got a new id %q", rt.newRequestID)
 	}
 }

@@ -14,6 +14,13 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 )
 
+// The benchmarks' model and request id: realistic lengths (one-byte strings never
+// allocate, which would hide a copy of the header).
+const (
+	benchModel     = "dummy-model"
+	benchRequestID = "chatcmpl-req-0123456789abcdef"
+)
+
 // serve runs h on a fresh loopback listener until the benchmark ends.
 func serve(tb testing.TB, h fasthttp.RequestHandler) string {
 	tb.Helper()
@@ -71,10 +78,10 @@ func BenchmarkAddedLatency(b *testing.B) {
 	req.Reset()
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/v1/chat/completions")
-	req.Header.Set(control.HeaderModel, "m")
+	req.Header.Set(control.HeaderModel, benchModel)
 	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, "r")
-	req.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	req.Header.Set(control.HeaderRequestID, benchRequestID)
+	req.SetBodyString(`{"model":"`+benchModel+`","messages":[{"role":"user","content":"hi"}]}`)
 	for b.Loop() {
 		for i := range lat {
 			lat[i] = lat[i][:0]
@@ -145,7 +152,7 @@ func pylonLike() fasthttp.RequestHandler {
 				echo = max(echo, seq)
 			}
 		}
-		report := control.LoadReport{Model: "m", Load: idleLoad(), DispatchSeq: echo}
+		report := control.LoadReport{Model: benchModel, Load: idleLoad(), DispatchSeq: echo}
 		buf = control.AppendLoadReport(buf[:0], &report)
 		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, buf)
 		ctx.SetContentType("application/json")
@@ -155,7 +162,7 @@ func pylonLike() fasthttp.RequestHandler {
 
 // benchFleet starts, next to upstream, a bare fasthttp reverse proxy in front of it (one
 // HostClient.Do per request; streamBody makes it stream answers, the LIBRARIES.md zero-copy
-// idiom) and a gateway with upstream registered as backend "u" serving model "m"; it
+// idiom) and a gateway with upstream registered as backend "u" serving model benchModel; it
 // returns both addresses once the backend is routable. Everything stops at cleanup.
 func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw string) {
 	tb.Helper()
@@ -190,7 +197,7 @@ func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw stri
 	return proxy, gw
 }
 
-// register registers upstream as backend "u" serving model "m" and waits until the
+// register registers upstream as backend "u" serving model benchModel and waits until the
 // gateway has its first RTT probe (routable).
 func register(tb testing.TB, gw, upstream string) {
 	tb.Helper()
@@ -201,7 +208,7 @@ func register(tb testing.TB, gw, upstream string) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("PUT")
 	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
-	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
+	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"`+benchModel+`":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
 	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 		tb.Fatalf("register: %v %d", err, resp.StatusCode())
 	}

@@ -165,8 +165,8 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	}
 	h := &ctx.Request.Header
 	stripRequest(h)
-	if rt.requestIDIsNew {
-		h.SetCanonical(hdrRequestID, bytesOf(rt.requestID))
+	if rt.newRequestID != "" {
+		h.SetCanonical(hdrRequestID, bytesOf(rt.newRequestID))
 	}
 	if rt.modelFromBody {
 		h.SetCanonical(hdrModel, bytesOf(rt.model))
@@ -233,6 +233,11 @@ func (g *Gateway) resolve(rt *routing) (*resolved, error) {
 		r.hasMethod == rt.hasMethod && r.method == rt.method {
 		return r, nil
 	}
+	// A new target: keep copies, not views of this request's headers (see routing).
+	if !rt.modelFromBody {
+		rt.model = strings.Clone(rt.model)
+	}
+	rt.routingKey, rt.method = strings.Clone(rt.routingKey), strings.Clone(rt.method)
 	entry, err := cfg.Resolve(rt.model, rt.method, rt.hasMethod)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // wrapped by the caller

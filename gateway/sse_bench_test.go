@@ -37,7 +37,7 @@ func BenchmarkSSEForwarding(b *testing.B) {
 			return
 		}
 		ctx.SetContentType("text/event-stream")
-		ctx.Response.Header.Set(control.HeaderPylonLoad, "v=1;m=m;tps=1000;mc=8")
+		ctx.Response.Header.Set(control.HeaderPylonLoad, "v=1;m="+benchModel+";tps=1000;mc=8")
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			for range events {
 				_, _ = w.Write(event)
@@ -67,10 +67,10 @@ func BenchmarkSSEForwarding(b *testing.B) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/v1/chat/completions")
-	req.Header.Set(control.HeaderModel, "m")
+	req.Header.Set(control.HeaderModel, benchModel)
 	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, "r")
-	req.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	req.Header.Set(control.HeaderRequestID, benchRequestID)
+	req.SetBodyString(`{"model":"`+benchModel+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	buf := make([]byte, 64<<10)
 	var cpu [3]time.Duration
 	for b.Loop() {
