@@ -34,7 +34,7 @@ func TestGatewayRequestPathAllocatesNothing(t *testing.T) {
 		req.Header.Set(control.HeaderModel, benchModel)
 		req.Header.Set(control.HeaderInputTokens, "3")
 		req.Header.Set(control.HeaderRequestID, benchRequestID)
-		req.SetBodyString(`{"model":"`+benchModel+`","messages":[{"role":"user","content":"hi"}]}`)
+		req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 		do := func() {
 			if err := c.Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {
 				t.Fatalf("%s: %v %d %s", path.name, err, resp.StatusCode(), resp.Body())

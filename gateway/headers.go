@@ -21,22 +21,22 @@ import (
 // on the hot path): they are valid until the request's headers change, which happens only
 // after resolve, and resolve copies what it keeps.
 type routing struct {
-	newRequestID   string // generated: the request had no x-request-id ("" otherwise)
-	model          string
-	inputTokens    uint64
-	estimated      bool // inputTokens estimated from the body
-	modelFromBody  bool // model read from the body (no x-model header)
-	mayStream      bool // the body mentions "stream": relay the answer as a stream
-	routingKey     string
-	method         string
-	hasMethod      bool
-	affinityKey    string
-	priority       uint32
-	slo            time.Duration
-	maxWait        time.Duration
-	hasMaxWait     bool
-	budget         time.Duration
-	hasBudget      bool
+	newRequestID  string // generated: the request had no x-request-id ("" otherwise)
+	model         string
+	inputTokens   uint64
+	estimated     bool // inputTokens estimated from the body
+	modelFromBody bool // model read from the body (no x-model header)
+	mayStream     bool // the body mentions "stream": relay the answer as a stream
+	routingKey    string
+	method        string
+	hasMethod     bool
+	affinityKey   string
+	priority      uint32
+	slo           time.Duration
+	maxWait       time.Duration
+	hasMaxWait    bool
+	budget        time.Duration
+	hasBudget     bool
 }
 
 // openAIBody is the part of an OpenAI request body the gateway reads when headers are absent.

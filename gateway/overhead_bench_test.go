@@ -81,7 +81,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	req.Header.Set(control.HeaderModel, benchModel)
 	req.Header.Set(control.HeaderInputTokens, "3")
 	req.Header.Set(control.HeaderRequestID, benchRequestID)
-	req.SetBodyString(`{"model":"`+benchModel+`","messages":[{"role":"user","content":"hi"}]}`)
+	req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 	for b.Loop() {
 		for i := range lat {
 			lat[i] = lat[i][:0]
@@ -208,7 +208,7 @@ func register(tb testing.TB, gw, upstream string) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("PUT")
 	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
-	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"`+benchModel+`":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
+	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"` + benchModel + `":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
 	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 		tb.Fatalf("register: %v %d", err, resp.StatusCode())
 	}

@@ -70,7 +70,7 @@ func BenchmarkSSEForwarding(b *testing.B) {
 	req.Header.Set(control.HeaderModel, benchModel)
 	req.Header.Set(control.HeaderInputTokens, "3")
 	req.Header.Set(control.HeaderRequestID, benchRequestID)
-	req.SetBodyString(`{"model":"`+benchModel+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	req.SetBodyString(`{"model":"` + benchModel + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	buf := make([]byte, 64<<10)
 	var cpu [3]time.Duration
 	for b.Loop() {
