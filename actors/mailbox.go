@@ -29,6 +29,11 @@ import (
 // Memory is bounded by the queued messages: a queue grown by a burst is released once it
 // drains.
 //
+// Not supported (none of our actors uses them): mailbox middlewares and protoactor's
+// MessageBatch unpacking. As with the synchronized dispatcher, a sender that finds the
+// actor idle also runs whatever other goroutines post while it is running, so under a
+// burst one sender's Send can take a while; Receive must stay short.
+//
 // Use it with InlineProps (or actor.WithMailbox(actors.InlineMailbox) plus a dispatcher
 // for the throughput).
 func InlineMailbox() actor.Mailbox { return &inlineMailbox{} }
