@@ -234,10 +234,7 @@ func (g *Gateway) resolve(rt *routing) (*resolved, error) {
 		return r, nil
 	}
 	// A new target: keep copies, not views of this request's headers (see routing).
-	if !rt.modelFromBody {
-		rt.model = strings.Clone(rt.model)
-	}
-	rt.routingKey, rt.method = strings.Clone(rt.routingKey), strings.Clone(rt.method)
+	rt.model, rt.routingKey, rt.method = strings.Clone(rt.model), strings.Clone(rt.routingKey), strings.Clone(rt.method)
 	entry, err := cfg.Resolve(rt.model, rt.method, rt.hasMethod)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // wrapped by the caller
