@@ -93,10 +93,9 @@ var routingNames = newHeaderSet(routingHeaderNames[:hBudget]...)
 // names are kept in fasthttp's canonical form (what arrives while header normalizing is
 // on, as in the gateway) in one contiguous array, so a match is usually one bytes.Equal.
 type headerSet struct {
-	byLen      [maxSetName + 1]uint32 // bit i: names[i] has this length
-	canon      [][maxSetName]byte
-	names      []string // as listed; lookup returns an index into names and canon
-	canonNames []string // canon as strings
+	byLen      [maxSetName + 1]uint32 // bit i: the i-th listed name has this length
+	canon      [][maxSetName]byte     // the names, canonical, in the order listed
+	canonNames []string               // canon as strings
 }
 
 // maxSetName bounds the names of a headerSet (at most 32 names).
@@ -106,7 +105,7 @@ func newHeaderSet(names ...string) *headerSet {
 	if len(names) > 32 {
 		panic("too many names for a headerSet")
 	}
-	s := &headerSet{names: names, canon: make([][maxSetName]byte, len(names))}
+	s := &headerSet{canon: make([][maxSetName]byte, len(names))}
 	for i, n := range names {
 		if len(n) > maxSetName {
 			panic("header name too long for a headerSet: " + n)
@@ -119,7 +118,7 @@ func newHeaderSet(names ...string) *headerSet {
 	return s
 }
 
-// lookup returns the index of k's name in the set.
+// lookup returns the index of k's name in the list the set was made from.
 func (s *headerSet) lookup(k []byte) (int, bool) {
 	if len(k) > maxSetName {
 		return 0, false

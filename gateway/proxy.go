@@ -38,6 +38,8 @@ var internalResponse = []string{
 var (
 	strippedRequest  = newHeaderSet(append(slices.Clone(internalRequest), hopByHop...)...)
 	strippedResponse = newHeaderSet(append(slices.Clone(internalResponse), hopByHop...)...)
+	// pylonLoadIdx is x-pylon-load's index in strippedResponse.
+	pylonLoadIdx = slices.Index(internalResponse, control.HeaderPylonLoad)
 )
 
 // stripRequest deletes hop-by-hop and internal headers in one pass over the request's
@@ -70,7 +72,7 @@ func (rs *responseScan) scan(h *fasthttp.ResponseHeader) {
 		if !ok {
 			continue
 		}
-		if strippedResponse.names[i] == control.HeaderPylonLoad && rs.load == nil {
+		if i == pylonLoadIdx && rs.load == nil {
 			rs.load = v
 		}
 		if rs.n < len(rs.del) {
