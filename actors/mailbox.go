@@ -34,16 +34,14 @@ import (
 // actor idle also runs whatever other goroutines post while it is running, so under a
 // burst one sender's Send can take a while; Receive must stay short.
 //
-// Use it with InlineProps (or actor.WithMailbox(actors.InlineMailbox) plus a dispatcher
-// for the throughput).
+// Use it with InlineProps or actor.WithMailbox(actors.InlineMailbox). The mailbox never
+// schedules through the props' dispatcher; it only takes the dispatcher's throughput.
 func InlineMailbox() actor.Mailbox { return &inlineMailbox{} }
 
-// InlineProps returns props for the actor made by producer, on an InlineMailbox with the
-// protoactor default throughput of 300 messages per run between yields.
+// InlineProps returns props for the actor made by producer on an InlineMailbox (with
+// protoactor's default throughput of 300 messages per run between yields).
 func InlineProps(producer actor.Producer) *actor.Props {
-	return actor.PropsFromProducer(producer,
-		actor.WithMailbox(InlineMailbox),
-		actor.WithDispatcher(actor.NewSynchronizedDispatcher(defaultThroughput)))
+	return actor.PropsFromProducer(producer, actor.WithMailbox(InlineMailbox))
 }
 
 const defaultThroughput = 300
