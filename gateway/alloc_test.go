@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/gateway/control"
 )
 
@@ -17,7 +18,7 @@ func TestGatewayRequestPathAllocatesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loopback sockets")
 	}
-	if raceEnabled {
+	if mocktest.RaceEnabled {
 		t.Skip("allocation counts need a build without -race (make test runs this test in one)")
 	}
 	upstream := serve(t, pylonLike())

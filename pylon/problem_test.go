@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
@@ -104,7 +105,7 @@ func TestProblemMapping(t *testing.T) {
 
 // Validating a body costs no allocation when it is accepted, and decides streaming once.
 func TestCheckBodyAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if mocktest.RaceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector (json.Valid pools its scanner)")
 	}
 	p := &Pylon{cfg: DefaultConfig()}

@@ -1,5 +1,0 @@
-//go:build !race
-
-package pylon
-
-const raceEnabled = false
