@@ -2,5 +2,5 @@
 
 package mocktest
 
-// RaceEnabled: see race_on.go.
+// RaceEnabled is false: this test binary runs without the race detector (see race_on.go).
 const RaceEnabled = false
