@@ -1,7 +1,8 @@
 // Package actors is the shared actor kit: actor-system construction with our slog logger,
 // the inline mailbox for actors on a request's path (InlineMailbox, InlineProps), a
 // one-timer alarm for actors that keep their own deadline heap, a periodic loop for
-// background work, and a probe actor for tests. Nothing here is global: one system per component instance (and per test).
+// background work, and a probe actor for tests. Nothing here is global: one system per
+// component instance (and per test).
 package actors
 
 import (

@@ -211,9 +211,9 @@ type modelEntry struct {
 // completed (the handler then writes x-pylon-load, which so includes its own request),
 // before answering a rejected admission, and on flush (registrars, metrics).
 //
-// It runs on an inline mailbox (genProps, actors.InlineMailbox): a message sent while the actor is idle
-// is processed inline on the sender's goroutine, so a request handler's calls cost no
-// goroutine hop; messages that arrive meanwhile are processed in order by whichever
+// It runs on an inline mailbox (genProps, actors.InlineMailbox): a message sent while the
+// actor is idle is processed on the sender's goroutine, so a request handler's calls cost
+// no goroutine hop; messages that arrive meanwhile are processed in order by whichever
 // goroutine is running the mailbox. Receive never blocks.
 type genActor struct {
 	g        *generation

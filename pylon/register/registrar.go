@@ -124,9 +124,9 @@ type Registrar struct {
 // Props returns the props of a registrar for cfg. It stays on protoactor's default
 // dispatcher (its own goroutine per burst of messages), deliberately: Deps.Snapshot may wait
 // for other actors (the pylon's generation actors rebuild their snapshots on demand), and
-// on an inline mailbox (or the synchronized dispatcher) the registrar could run nested inside such an actor's
-// processing on the same goroutine (a Tick queued behind a Publish sent from it) and wait
-// for itself. Publishes are rare anyway: a Notifier posts at most one per send.
+// on an inline mailbox (or the synchronized dispatcher) the registrar could run nested
+// inside such an actor's processing on the same goroutine (a Tick queued behind a Publish
+// sent from it) and wait for itself. Publishes are rare anyway: a Notifier posts at most one per send.
 func Props(cfg Config, deps Deps) *actor.Props {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
