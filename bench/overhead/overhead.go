@@ -2,9 +2,14 @@
 // the latency the pylon adds over calling the engine directly and the latency the gateway
 // adds over calling the pylon directly, each next to a bare fasthttp reverse proxy on the
 // same hop (DESIGN.md §7: both budgets are ≤ 1.25× the bare proxy's added latency, p50
-// and p99). The client sends serial non-streaming requests over the six paths, one of
+// and p99). The client sends serial non-streaming requests over the seven paths, one of
 // each per round in a new random order, so drift and bursts of load on a noisy machine hit
 // every path alike and no path always follows the same one.
+//
+// The seventh path is an A/A control: a second bare proxy, the same code in its own
+// process, on the gateway's hop. Its ratio to the first one would be 1.00× on a quiet
+// machine; how far it strays in a run is the run's noise floor, the resolution at which
+// that run can tell a component's ratio from the budget.
 package overhead
 
 import (
@@ -27,11 +32,12 @@ const (
 	Pylon               // client → pylon → engine (the gateway's baseline)
 	ProxyPylon          // client → bare proxy → pylon → engine
 	GatewayPylon        // client → gateway → pylon → engine
+	ControlPylon        // client → a second, identical bare proxy → pylon → engine (A/A control)
 	NumPaths
 )
 
 // PathNames label the paths in reports.
-var PathNames = [NumPaths]string{"engine", "proxy→engine", "pylon→engine", "pylon", "proxy→pylon", "gateway→pylon"}
+var PathNames = [NumPaths]string{"engine", "proxy→engine", "pylon→engine", "pylon", "proxy→pylon", "gateway→pylon", "proxy B→pylon"}
 
 // Targets are the base addresses (host:port) of each path's first hop.
 type Targets [NumPaths]string

@@ -24,7 +24,7 @@ const overheadModel = "dummy-model"
 // overheadCmd measures the pylon's and the gateway's added latency next to a bare proxy,
 // every component in its own process (DESIGN.md §7).
 type overheadCmd struct {
-	Requests     int           `default:"20000" help:"Measured requests per path (six paths)."`
+	Requests     int           `default:"20000" help:"Measured requests per path (seven paths)."`
 	Warmup       int           `default:"2000" help:"Unmeasured requests per path before measuring."`
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon, gateway and bench binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"20s" help:"How long the fleet may take to become routable."`
@@ -58,12 +58,12 @@ func (c *overheadCmd) Run() error {
 	} else if err := os.MkdirAll(logs, 0o750); err != nil {
 		return err
 	}
-	ports, err := fleet.FreePorts(ctx, 5)
+	ports, err := fleet.FreePorts(ctx, 6)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	engine, pylon, gateway, proxyEngine, proxyPylon := addr(0), addr(1), addr(2), addr(3), addr(4)
+	engine, pylon, gateway, proxyEngine, proxyPylon, controlPylon := addr(0), addr(1), addr(2), addr(3), addr(4), addr(5)
 	specs := []fleet.Spec{
 		{Name: "engine", Path: bins.Engine, Args: []string{"--http-listen-addr", engine, "--num-tokens", "1", "--token-delay-ms", "0", "--log-level", "warn"}},
 		{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--log-level", "warn"}},
@@ -74,6 +74,7 @@ func (c *overheadCmd) Run() error {
 		}},
 		{Name: "proxy-engine", Path: self, Args: []string{"bare-proxy", "--listen", proxyEngine, "--upstream", engine}},
 		{Name: "proxy-pylon", Path: self, Args: []string{"bare-proxy", "--listen", proxyPylon, "--upstream", pylon}},
+		{Name: "proxy-b-pylon", Path: self, Args: []string{"bare-proxy", "--listen", controlPylon, "--upstream", pylon}},
 	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
@@ -83,8 +84,8 @@ func (c *overheadCmd) Run() error {
 	if err := waitRoutable(ctx, gateway, 1, c.ReadyTimeout); err != nil {
 		return fmt.Errorf("%w (logs in %s; use --logs DIR to keep them)", err, logs)
 	}
-	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), six paths in a random order each round…\n", c.Requests, c.Warmup)
-	res, err := overhead.Measure(ctx, overhead.Targets{engine, proxyEngine, pylon, pylon, proxyPylon, gateway}, overheadModel, c.Requests, c.Warmup)
+	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), seven paths in a random order each round…\n", c.Requests, c.Warmup)
+	res, err := overhead.Measure(ctx, overhead.Targets{engine, proxyEngine, pylon, pylon, proxyPylon, gateway, controlPylon}, overheadModel, c.Requests, c.Warmup)
 	if err != nil {
 		return err
 	}
@@ -179,6 +180,9 @@ func writeOverhead(w io.Writer, r *overhead.Result) error {
 	row("pylon → engine", overhead.PylonEngine, overhead.ProxyEngine, overhead.Engine)
 	fmt.Fprintf(tw, "bare proxy → pylon\t%s\t%s\t\t\t\n", us(r.Added(overhead.ProxyPylon, overhead.Pylon, 0.5)), us(r.Added(overhead.ProxyPylon, overhead.Pylon, 0.99)))
 	row("gateway → pylon", overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon)
+	row("bare proxy B → pylon", overhead.ControlPylon, overhead.ProxyPylon, overhead.Pylon)
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "bare proxy B is the same code as the bare proxy in its own process (an A/A control): its ratio is this run's noise floor.")
 	return tw.Flush()
 }
 
