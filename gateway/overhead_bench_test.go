@@ -197,8 +197,9 @@ func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw stri
 	return proxy, gw
 }
 
-// register registers upstream as backend "u" serving model benchModel and waits until the
-// gateway has its first RTT probe (routable).
+// register registers upstream as backend "u" serving model benchModel, with the stats
+// capabilities and sources a real pylon lists, and waits until the gateway has its first
+// RTT probe (routable).
 func register(tb testing.TB, gw, upstream string) {
 	tb.Helper()
 	ctl := &fasthttp.HostClient{Addr: gw}
@@ -208,7 +209,8 @@ func register(tb testing.TB, gw, upstream string) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("PUT")
 	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
-	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"` + benchModel + `":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`)
+	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"` + benchModel + `":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000,` +
+		`"stats_capabilities":["machine.kv_cache.http","request.output.chunk_usage"],"stats_sources":["chunk_usage","kv_cache_stats"]}}}}`)
 	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 		tb.Fatalf("register: %v %d", err, resp.StatusCode())
 	}

@@ -66,12 +66,31 @@ func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, o
 	return Candidate{ClusterID: clusterID, RTT: rtt / time.Duration(n), Load: agg, Backends: n}, true
 }
 
-// union returns the sorted union of a and b (a is reused when possible).
+// union returns the sorted union of a and b (a is reused when possible). A sorted b
+// without repeats joins an empty a as it is, clipped, so that a later insert copies it
+// rather than writing into the backend's view: the common one-backend cluster aggregates
+// without allocating (its load report refreshes the candidate on every response).
 func union(a, b []string) []string {
+	if len(a) == 0 && strictlySorted(b) {
+		if len(b) == 0 {
+			return a
+		}
+		return slices.Clip(b)
+	}
 	for _, s := range b {
 		if i, found := slices.BinarySearch(a, s); !found {
 			a = slices.Insert(a, i, s)
 		}
 	}
 	return a
+}
+
+// strictlySorted reports whether s is in increasing order without repeats.
+func strictlySorted(s []string) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i-1] >= s[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -235,6 +235,34 @@ func TestAggregate(t *testing.T) {
 	}
 }
 
+// Capabilities and sources: a one-backend cluster's sorted lists join the candidate
+// without a copy (a load report refreshes the candidate on every response), a second
+// backend's entries never write into the first one's list, and an unsorted list is sorted.
+func TestAggregateCapabilitiesAllocatesNothing(t *testing.T) { //nolint:paralleltest // AllocsPerRun
+	caps := make([]string, 2, 8) // spare capacity: an insert in place would overwrite it
+	copy(caps, []string{"a", "c"})
+	x := lb.Backend{ID: "x", Active: true, Load: load.Load{Capabilities: caps, Sources: []string{"s1", "s2"}}}
+	one := []lb.Backend{x}
+	if n := testing.AllocsPerRun(100, func() { lb.Aggregate("c", one, 0) }); n != 0 {
+		t.Errorf("one backend: %v allocations per aggregation, want 0", n)
+	}
+	y := lb.Backend{ID: "y", Active: true, Load: load.Load{Capabilities: []string{"b"}, Sources: []string{"s2", "s1"}}}
+	got, _ := lb.Aggregate("c", []lb.Backend{x, y}, 0)
+	if diff := cmp.Diff([]string{"a", "b", "c"}, got.Load.Capabilities); diff != "" {
+		t.Errorf("capabilities (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a", "c", ""}, caps[:3]); diff != "" {
+		t.Errorf("the first backend's list was written into (-want +got):\n%s", diff)
+	}
+	got, _ = lb.Aggregate("c", []lb.Backend{y}, 0)
+	if diff := cmp.Diff([]string{"s1", "s2"}, got.Load.Sources); diff != "" {
+		t.Errorf("unsorted sources (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"s2", "s1"}, y.Load.Sources); diff != "" {
+		t.Errorf("sorting wrote into the backend's list (-want +got):\n%s", diff)
+	}
+}
+
 // §9.8 item 94 (pure part): a shared cluster 2×(tps 100, queued 130) = 1.3 s loses to a
 // single cluster at 1.2 s, and wins once it drains.
 func TestAggregatedClusterCompetes(t *testing.T) {
