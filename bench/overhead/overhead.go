@@ -42,9 +42,24 @@ var PathNames = [NumPaths]string{"engine", "proxy→engine", "pylon→engine", "
 // Targets are the base addresses (host:port) of each path's first hop.
 type Targets [NumPaths]string
 
-// Result holds each path's sorted latencies.
+// Result holds each path's latencies.
 type Result struct {
+	// Rounds holds each path's latencies in round order: Rounds[p][i] was measured in
+	// round i, next to every other path's Rounds[·][i].
+	Rounds [NumPaths][]time.Duration
+	// Samples holds the same latencies sorted.
 	Samples [NumPaths][]time.Duration
+}
+
+// NewResult returns the result of rounds (each path's latencies in round order; it keeps
+// them, and sorted copies).
+func NewResult(rounds [NumPaths][]time.Duration) *Result {
+	r := &Result{Rounds: rounds}
+	for p, s := range rounds {
+		r.Samples[p] = slices.Clone(s)
+		slices.Sort(r.Samples[p])
+	}
+	return r
 }
 
 // Quantile returns path's latency at q (0..1).
@@ -90,17 +105,17 @@ func Measure(ctx context.Context, t Targets, model string, requests, warmup int)
 	req.Header.Set("x-input-tokens", "8")
 	req.Header.Set("x-request-id", "overhead")
 	req.SetBodyString(`{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":1}`)
-	res := &Result{}
+	var rounds [NumPaths][]time.Duration
 	rng := rand.New(rand.NewPCG(1, 2)) // seeded: an order, not a secret
 	var order [NumPaths]int
 	for p := range order {
 		order[p] = p
 	}
-	for p := range res.Samples {
-		res.Samples[p] = make([]time.Duration, 0, requests)
+	for p := range rounds {
+		rounds[p] = make([]time.Duration, 0, requests)
 	}
 	for k := range requests + warmup {
-		if k%1000 == 0 {
+		if k%100 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -122,14 +137,11 @@ func Measure(ctx context.Context, t Targets, model string, requests, warmup int)
 				return nil, fmt.Errorf("%s (%s): status %d: %.200s", PathNames[p], t[p], resp.StatusCode(), resp.Body())
 			}
 			if k >= warmup {
-				res.Samples[p] = append(res.Samples[p], d)
+				rounds[p] = append(rounds[p], d)
 			}
 		}
 	}
-	for p := range res.Samples {
-		slices.Sort(res.Samples[p])
-	}
-	return res, nil
+	return NewResult(rounds), nil
 }
 
 // BareProxy returns the bare fasthttp reverse proxy handler forwarding to upstream: one

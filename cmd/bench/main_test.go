@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,41 +42,75 @@ func TestLoadScenarioErrorsAreOneLine(t *testing.T) {
 }
 
 // The overhead report states the A/A control's deviation and warns when it is large.
-func TestWriteOverheadReportsTheNoiseFloor(t *testing.T) {
+// overheadRun returns n synthetic rounds: every path is the same baseline draw plus its
+// hop's added latency (mean added[p], exponential noise).
+func overheadRun(n int, added map[int]time.Duration) *overhead.Result {
+	rng := rand.New(rand.NewPCG(uint64(n), 9))
+	var rounds [overhead.NumPaths][]time.Duration
+	for range n {
+		base := 100*time.Microsecond + time.Duration(rng.ExpFloat64()*float64(20*time.Microsecond))
+		for p := range rounds {
+			d := base
+			if a := added[p]; a > 0 {
+				d += a/2 + time.Duration(rng.ExpFloat64()*float64(a/2))
+			}
+			rounds[p] = append(rounds[p], d)
+		}
+	}
+	return overhead.NewResult(rounds)
+}
+
+// The report gives each ratio's interval and settles the budget from it: within, over, or
+// not settled by the run; it flags an A/A control whose interval leaves out 1.00×.
+func TestWriteOverheadSettlesTheBudgetFromIntervals(t *testing.T) {
 	t.Parallel()
 	us := time.Microsecond
-	// path returns 101 sorted samples: p50 at index 50, p99 at index 99.
-	path := func(p50, p99 time.Duration) []time.Duration {
-		s := make([]time.Duration, 101)
-		for i := range s {
-			s[i] = p50
-			if i >= 99 {
-				s[i] = p99
+	run := func(n int, gateway, control time.Duration) string {
+		var b bytes.Buffer
+		added := map[int]time.Duration{
+			overhead.ProxyEngine: 60 * us, overhead.PylonEngine: 60 * us,
+			overhead.ProxyPylon: 60 * us, overhead.GatewayPylon: gateway, overhead.ControlPylon: control,
+		}
+		if err := writeOverhead(&b, overheadRun(n, added)); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	cases := []struct {
+		name     string
+		n        int
+		gateway  time.Duration
+		control  time.Duration
+		want     []string
+		dontWant []string
+	}{
+		{"within", 4000, 60 * us, 60 * us, []string{"gateway → pylon: within the budget at p50 and p99", "95 % intervals p50, p99"}, []string{"warning"}},
+		{"over", 4000, 120 * us, 60 * us, []string{"gateway → pylon: over the budget at p50 and p99"}, []string{"warning"}},
+		{"not settled", 150, 70 * us, 60 * us, []string{"gateway → pylon: not settled at p99 by this run"}, nil},
+		{"uneven control", 4000, 60 * us, 90 * us, []string{"warning: the A/A control's 99 % interval at p50 leaves out 1.00×", "in this run it measured +4"}, nil},
+	}
+	for _, c := range cases {
+		out := run(c.n, c.gateway, c.control)
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: no %q in\n%s", c.name, w, out)
 			}
 		}
-		return s
-	}
-	res := func(control time.Duration) *overhead.Result {
-		r := &overhead.Result{}
-		for p := range overhead.NumPaths {
-			r.Samples[p] = path(100*us, 200*us)
+		for _, w := range c.dontWant {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: %q in\n%s", c.name, w, out)
+			}
 		}
-		r.Samples[overhead.ProxyPylon] = path(200*us, 300*us)
-		r.Samples[overhead.GatewayPylon] = path(210*us, 310*us)
-		r.Samples[overhead.ControlPylon] = path(200*us, control)
-		return r
 	}
-	var quiet, noisy bytes.Buffer
-	if err := writeOverhead(&quiet, res(305*us)); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeOverhead(&noisy, res(330*us)); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(quiet.String(), "+0 % at p50 and +5 % at p99") || strings.Contains(quiet.String(), "not conclusive") {
-		t.Errorf("quiet run:\n%s", quiet.String())
-	}
-	if !strings.Contains(noisy.String(), "+30 % at p99") || !strings.Contains(noisy.String(), "within 30 % of the budget is not conclusive") {
-		t.Errorf("noisy run:\n%s", noisy.String())
+}
+
+// --contend is bounded: each copy is a whole fleet of seven processes.
+func TestOverheadValidatesContend(t *testing.T) {
+	t.Parallel()
+	for n, ok := range map[int]bool{-1: false, 0: true, maxContend: true, maxContend + 1: false} {
+		err := (&overheadCmd{Requests: 1, Contend: n}).Validate()
+		if (err == nil) != ok {
+			t.Errorf("--contend %d: err %v", n, err)
+		}
 	}
 }

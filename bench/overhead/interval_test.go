@@ -1,0 +1,95 @@
+package overhead
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// synthetic returns n rounds: every path's latency is the baseline's draw plus the hop's
+// own added latency, each with exponential noise (a long tail, as on a real machine).
+// added[p] is path p's mean added latency over Pylon's (0: the path is a baseline).
+func synthetic(n int, seed uint64, added [NumPaths]time.Duration) *Result {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	noise := func(mean time.Duration) time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
+	var rounds [NumPaths][]time.Duration
+	for range n {
+		base := 100*time.Microsecond + noise(20*time.Microsecond)
+		for p := range rounds {
+			d := base
+			if added[p] > 0 {
+				d += added[p]/2 + noise(added[p]/2)
+			}
+			rounds[p] = append(rounds[p], d)
+		}
+	}
+	return NewResult(rounds)
+}
+
+func hops(proxy, component, control time.Duration) [NumPaths]time.Duration {
+	var a [NumPaths]time.Duration
+	a[ProxyPylon], a[GatewayPylon], a[ControlPylon] = proxy, component, control
+	return a
+}
+
+// With one block as long as the run, the only possible draw is the run itself: every
+// draw's quantiles are the run's.
+func TestResampleOfTheWholeRunIsTheRun(t *testing.T) {
+	t.Parallel()
+	r := synthetic(997, 1, hops(50*time.Microsecond, 60*time.Microsecond, 50*time.Microsecond))
+	qs := []float64{0, 0.5, 0.99, 1}
+	s := r.Resample(qs, 5, len(r.Rounds[0]), 1)
+	for p := range NumPaths {
+		for qi, q := range qs {
+			for d, got := range s.Draws[p][qi] {
+				if want := r.Quantile(p, q); got != want {
+					t.Fatalf("%s q%v draw %d: %v, want the run's %v", PathNames[p], q, d, got, want)
+				}
+			}
+		}
+	}
+}
+
+// The interval holds the run's own ratio, leaves out a ratio far from it, covers 1.00×
+// for an identical proxy, and narrows as the run grows.
+func TestRatioIntervalFindsTheTruthAndNarrowsWithMoreRounds(t *testing.T) {
+	t.Parallel()
+	us := time.Microsecond
+	width := func(n int) (gw, aa [2]Interval, r *Result) {
+		r = synthetic(n, 3, hops(60*us, 90*us, 60*us))
+		s := r.Resample([]float64{0.5, 0.99}, 400, 16, 1)
+		for qi := range 2 {
+			gw[qi] = s.RatioInterval(GatewayPylon, ProxyPylon, Pylon, qi, 0.95)
+			aa[qi] = s.RatioInterval(ControlPylon, ProxyPylon, Pylon, qi, 0.95)
+		}
+		return gw, aa, r
+	}
+	gwSmall, _, _ := width(2000)
+	gw, aa, r := width(20000)
+	for qi, q := range []float64{0.5, 0.99} {
+		if own := r.Ratio(GatewayPylon, ProxyPylon, Pylon, q); !gw[qi].Contains(own) {
+			t.Errorf("q%v: interval %v leaves out the run's own ratio %.3f", q, gw[qi], own)
+		}
+		if gw[qi].Contains(1) || gw[qi].Lo < 1.25 {
+			t.Errorf("q%v: a component adding 1.5× the proxy's latency got %v", q, gw[qi])
+		}
+		if !aa[qi].Contains(1) {
+			t.Errorf("q%v: the A/A interval %v leaves out 1.00×", q, aa[qi])
+		}
+		if big, small := gw[qi].Hi-gw[qi].Lo, gwSmall[qi].Hi-gwSmall[qi].Lo; !(big < small) {
+			t.Errorf("q%v: 20 000 rounds gave an interval %.3f wide, 2 000 rounds %.3f", q, big, small)
+		}
+	}
+}
+
+// A draw in which the proxy added nothing makes the interval unbounded, not a division
+// by zero.
+func TestRatioIntervalWithoutProxyLatencyIsUnbounded(t *testing.T) {
+	t.Parallel()
+	r := synthetic(500, 5, hops(0, 30*time.Microsecond, 0))
+	in := r.Resample([]float64{0.5}, 50, 8, 1).RatioInterval(GatewayPylon, ProxyPylon, Pylon, 0, 0.95)
+	if !math.IsInf(in.Hi, 1) {
+		t.Errorf("interval %v, want an unbounded upper end", in)
+	}
+}
