@@ -28,7 +28,8 @@ type Resampled struct {
 
 // Resample draws the result's rounds draws times (in blocks of block consecutive rounds,
 // seeded: the same run gives the same intervals) and returns each path's quantiles qs in
-// every draw. Every path must have the same number of rounds.
+// every draw. Every path must have the same number of rounds; otherwise (and for an empty
+// run) every draw reads zero, which makes every ratio's interval unbounded.
 func (r *Result) Resample(qs []float64, draws, block int, seed uint64) *Resampled {
 	n := len(r.Rounds[0])
 	out := &Resampled{Qs: qs}
@@ -36,6 +37,11 @@ func (r *Result) Resample(qs []float64, draws, block int, seed uint64) *Resample
 		out.Draws[p] = make([][]time.Duration, len(qs))
 		for qi := range qs {
 			out.Draws[p][qi] = make([]time.Duration, draws)
+		}
+	}
+	for _, rounds := range r.Rounds {
+		if len(rounds) != n {
+			n = 0 // not one run's rounds: no draws (every ratio unbounded)
 		}
 	}
 	if n == 0 || draws <= 0 {

@@ -93,3 +93,14 @@ func TestRatioIntervalWithoutProxyLatencyIsUnbounded(t *testing.T) {
 		t.Errorf("interval %v, want an unbounded upper end", in)
 	}
 }
+
+// Paths with different numbers of rounds are not one run: no interval is claimed.
+func TestResampleOfUnevenPathsClaimsNothing(t *testing.T) {
+	t.Parallel()
+	r := synthetic(200, 6, hops(50*time.Microsecond, 60*time.Microsecond, 50*time.Microsecond))
+	r.Rounds[GatewayPylon] = r.Rounds[GatewayPylon][:100]
+	in := r.Resample([]float64{0.5}, 20, 8, 1).RatioInterval(GatewayPylon, ProxyPylon, Pylon, 0, 0.95)
+	if !math.IsInf(in.Hi, 1) {
+		t.Errorf("interval %v, want an unbounded one", in)
+	}
+}
