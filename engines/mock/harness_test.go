@@ -34,6 +34,10 @@ func start(tb testing.TB, cfg mock.Config) *harness {
 		Dial:                func(string) (net.Conn, error) { return ln.Dial() },
 		MaxConnsPerHost:     4096,
 		MaxIdleConnDuration: time.Minute,
+		// One write per request: the server answers an oversize request (413, 431) and
+		// closes at once, and a request written in two parts then fails on its second
+		// part before its answer is read.
+		WriteBufferSize: 64 << 10,
 	}
 	go func() { h.served <- eng.Serve(ln) }()
 	return h
