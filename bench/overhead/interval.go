@@ -1,6 +1,7 @@
 package overhead
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -57,15 +58,7 @@ func (r *Result) Resample(qs []float64, draws, block int, seed uint64) *Resample
 			idx[i] = i
 		}
 		rounds := r.Rounds[p]
-		slices.SortStableFunc(idx, func(a, b int) int {
-			switch {
-			case rounds[a] < rounds[b]:
-				return -1
-			case rounds[a] > rounds[b]:
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(rounds[a], rounds[b]) })
 		rank[p] = make([]int, n)
 		for pos, i := range idx {
 			rank[p][i] = pos

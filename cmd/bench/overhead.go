@@ -92,7 +92,7 @@ func (c *overheadCmd) Run() error {
 	if err := c.contend(ctx, group, self, logs); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "measuring %d requests per path (+%d warm-up), seven paths in a random order each round…\n", c.Requests, c.Warmup)
+	fmt.Fprintf(os.Stderr, "%s %d requests per path (+%d warm-up), seven paths in a random order each round…\n", measuringLine, c.Requests, c.Warmup)
 	res, err := overhead.Measure(ctx, overhead.Targets{engine, proxyEngine, pylon, pylon, proxyPylon, gateway, controlPylon}, overheadModel, c.Requests, c.Warmup)
 	if err != nil {
 		return err
@@ -137,6 +137,10 @@ func (c *overheadCmd) Run() error {
 // maxContend bounds --contend: each copy is seven processes.
 const maxContend = 8
 
+// measuringLine starts the line a measurement prints once its fleet is ready; contend
+// waits for it in each copy's log.
+const measuringLine = "measuring"
+
 // contend starts c.Contend copies of this measurement into group, each measuring without
 // end (until group stops them), and waits until every one of them is measuring.
 func (c *overheadCmd) contend(ctx context.Context, group *fleet.Group, self, logs string) error {
@@ -156,19 +160,12 @@ func (c *overheadCmd) contend(ctx context.Context, group *fleet.Group, self, log
 	}
 	deadline := time.Now().Add(c.ReadyTimeout)
 	for _, sp := range specs {
-		for {
+		measuring := func() bool {
 			b, err := os.ReadFile(filepath.Join(logs, sp.Name+".log"))
-			if err == nil && strings.Contains(string(b), "measuring") {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s did not start measuring within %v (logs in %s; use --logs DIR to keep them)", sp.Name, c.ReadyTimeout, logs)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
+			return err == nil && strings.Contains(string(b), measuringLine)
+		}
+		if err := pollUntil(ctx, deadline, measuring); err != nil {
+			return fmt.Errorf("%s did not start measuring within %v: %w (logs in %s; use --logs DIR to keep them)", sp.Name, c.ReadyTimeout, err, logs)
 		}
 	}
 	fmt.Fprintf(os.Stderr, "%d contending copies are measuring\n", c.Contend)
@@ -193,14 +190,24 @@ func startChildren(group *fleet.Group, specs []fleet.Spec, logDir string) error 
 
 // waitRoutable polls the gateway's /debug/state until n backends are routable.
 func waitRoutable(ctx context.Context, gateway string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	routable := func() bool {
 		status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/debug/state", time.Second)
-		if err == nil && status == fasthttp.StatusOK && strings.Count(string(body), `"routable": true`) >= n {
-			return nil
-		}
+		return err == nil && status == fasthttp.StatusOK && strings.Count(string(body), `"routable": true`) >= n
+	}
+	if err := pollUntil(ctx, time.Now().Add(timeout), routable); err != nil {
+		return fmt.Errorf("the gateway saw fewer than %d routable backends within %v: %w", n, timeout, err)
+	}
+	return nil
+}
+
+var errTimedOut = errors.New("timed out")
+
+// pollUntil calls ok every 50 ms until it returns true (nil), the deadline passes
+// (errTimedOut) or ctx ends (its error).
+func pollUntil(ctx context.Context, deadline time.Time, ok func() bool) error {
+	for !ok() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway saw fewer than %d routable backends within %v", n, timeout)
+			return errTimedOut
 		}
 		select {
 		case <-ctx.Done():
@@ -208,7 +215,14 @@ func waitRoutable(ctx context.Context, gateway string, n int, timeout time.Durat
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	return nil
 }
+
+// The quantiles the budget bounds, as the report names them.
+var (
+	reportQs     = [2]float64{0.5, 0.99}
+	reportQNames = [2]string{"p50", "p99"}
+)
 
 // The budget and how the report settles it (see overhead.Resample).
 const (
@@ -225,7 +239,7 @@ func writeOverhead(w io.Writer, r *overhead.Result) error {
 	us := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 1, 64)
 	}
-	rs := r.Resample([]float64{0.5, 0.99}, intervalDraws, intervalBlock, 1)
+	rs := r.Resample(reportQs[:], intervalDraws, intervalBlock, 1)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "path\tp50 µs\tp90 µs\tp99 µs")
 	for p, name := range overhead.PathNames {
@@ -266,7 +280,7 @@ func writeOverhead(w io.Writer, r *overhead.Result) error {
 		if wide := rs.RatioInterval(overhead.ControlPylon, overhead.ProxyPylon, overhead.Pylon, qi, 0.99); !wide.Contains(1) && math.Abs(dev) > controlTolerance {
 			fmt.Fprintf(w, "warning: the A/A control's 99 %% interval at %s leaves out 1.00×: the two identical proxies differed by "+
 				"more than this run's own spread explains (the machine's load changed in a way that hit them unevenly), so the "+
-				"verdicts below may be off too; run it again.\n", [2]string{"p50", "p99"}[qi])
+				"verdicts below may be off too; run it again.\n", reportQNames[qi])
 			break
 		}
 	}
@@ -286,14 +300,13 @@ func interval(in overhead.Interval) string {
 
 // settle states what a component's p50 and p99 intervals say about the budget.
 func settle(in [2]overhead.Interval) string {
-	names := [2]string{"p50", "p99"}
 	var over, open []string
 	for qi, i := range in {
 		switch {
 		case i.Lo > overheadBudget:
-			over = append(over, names[qi])
+			over = append(over, reportQNames[qi])
 		case i.Hi > overheadBudget:
-			open = append(open, names[qi])
+			open = append(open, reportQNames[qi])
 		}
 	}
 	switch {
