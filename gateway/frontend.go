@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
@@ -53,6 +54,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4")
 		g.metrics.write(ctx)
 		g.writeFleetMetrics(ctx)
+		metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
+		metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
 	case path == "/debug/state":
 		g.handleDebugState(ctx)
 	case g.cfg.EnablePprof && strings.HasPrefix(path, "/debug/pprof/"):

@@ -363,6 +363,7 @@ func TestOperationalEndpoints(t *testing.T) {
 			`switchyard_requests_total{routing_key="",model="m",inference_server_id="p1",status="200"} 1`,
 			`switchyard_routing_selections_total{routing_key="",model="m",algorithm="power-of-n",selection="primary"} 1`,
 			`switchyard_active_inference_servers{routing_key="",model="m"} 1`,
+			"\ngo_goroutines ", "\ngo_memstats_heap_inuse_bytes ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
 		} {
 			if !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)

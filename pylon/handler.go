@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/control"
@@ -29,6 +30,8 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 		case "/metrics":
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			p.metrics.set.WritePrometheus(ctx)
+			metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
+			metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
 			return
 		case control.HealthPath:
 			p.health(ctx)

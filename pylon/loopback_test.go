@@ -266,8 +266,14 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 	fasthttp.ReleaseRequest(req)
 	fasthttp.ReleaseResponse(resp)
 	wg.Wait()
-	if m := scrape(t, url); !strings.Contains(m, `result="rejected"} 1`) || !strings.Contains(m, `result="accepted"} 2`) {
+	m := scrape(t, url)
+	if !strings.Contains(m, `result="rejected"} 1`) || !strings.Contains(m, `result="accepted"} 2`) {
 		t.Errorf("decision counters:\n%s", m)
+	}
+	for _, want := range []string{"\ngo_goroutines ", "\nprocess_resident_memory_bytes ", "\nprocess_cpu_seconds_total ", "\nprocess_open_fds "} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack the process series %q", want)
+		}
 	}
 }
 
