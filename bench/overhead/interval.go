@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -69,36 +71,51 @@ func (r *Result) Resample(qs []float64, draws, block int, seed uint64) *Resample
 	for qi, q := range qs {
 		want[qi] = int(q * float64(n-1))
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	picked := make([]int, 0, n+block)
-	counts := make([]int, n)
-	for d := range draws {
-		picked = picked[:0]
-		for len(picked) < n {
-			start := rng.IntN(n - block + 1)
-			for i := start; i < start+block && len(picked) < n; i++ {
-				picked = append(picked, i)
+	// Each draw has its own generator (seeded with the draw's index), so the draws are the
+	// same however they are shared among the workers, one per CPU.
+	workers := min(max(runtime.GOMAXPROCS(0), 1), draws)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			picked := make([]int, 0, n+block)
+			counts := make([]int, n)
+			for d := w; d < draws; d += workers {
+				rng := rand.New(rand.NewPCG(seed, uint64(d))) //nolint:gosec // d >= 0
+				picked = picked[:0]
+				for len(picked) < n {
+					start := rng.IntN(n - block + 1)
+					for i := start; i < start+block && len(picked) < n; i++ {
+						picked = append(picked, i)
+					}
+				}
+				for p := range rank {
+					r.readQuantiles(out, p, d, picked, rank[p], counts, want)
+				}
 			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// readQuantiles counts the ranks of path p's picked rounds and stores draw d's quantiles
+// (the order statistics want) in out.
+func (r *Result) readQuantiles(out *Resampled, p, d int, picked, rank, counts, want []int) {
+	clear(counts)
+	for _, i := range picked {
+		counts[rank[i]]++
+	}
+	seen, qi := 0, 0
+	for pos, c := range counts {
+		seen += c
+		for qi < len(want) && seen > want[qi] {
+			out.Draws[p][qi][d] = r.Samples[p][pos]
+			qi++
 		}
-		for p := range rank {
-			clear(counts)
-			for _, i := range picked {
-				counts[rank[p][i]]++
-			}
-			seen, qi := 0, 0
-			for pos, c := range counts {
-				seen += c
-				for qi < len(want) && seen > want[qi] {
-					out.Draws[p][qi][d] = r.Samples[p][pos]
-					qi++
-				}
-				if qi == len(want) {
-					break
-				}
-			}
+		if qi == len(want) {
+			return
 		}
 	}
-	return out
 }
 
 // Interval is a central confidence interval.

@@ -3,6 +3,8 @@ package overhead
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -102,5 +104,31 @@ func TestResampleOfUnevenPathsClaimsNothing(t *testing.T) {
 	in := r.Resample([]float64{0.5}, 20, 8, 1).RatioInterval(GatewayPylon, ProxyPylon, Pylon, 0, 0.95)
 	if !math.IsInf(in.Hi, 1) {
 		t.Errorf("interval %v, want an unbounded one", in)
+	}
+}
+
+// The draws are shared among one worker per CPU; each draw has its own seeded generator,
+// so the intervals do not depend on how many CPUs drew them.
+func TestResampleIsTheSameOnAnyNumberOfCPUs(t *testing.T) {
+	r := synthetic(3000, 11, hops(50*time.Microsecond, 60*time.Microsecond, 50*time.Microsecond))
+	qs := []float64{0.5, 0.99}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	one := r.Resample(qs, 101, 16, 3)
+	for _, cpus := range []int{2, 3, 8} {
+		runtime.GOMAXPROCS(cpus)
+		if got := r.Resample(qs, 101, 16, 3); !reflect.DeepEqual(got, one) {
+			t.Errorf("%d CPUs drew other quantiles than one CPU", cpus)
+		}
+	}
+	if other := r.Resample(qs, 101, 16, 4); reflect.DeepEqual(other, one) {
+		t.Error("another seed drew the same quantiles: the draws ignore the seed")
+	}
+}
+
+// BenchmarkResample is the report's 1 000 draws of a 100 000-request run.
+func BenchmarkResample(b *testing.B) {
+	r := synthetic(100_000, 5, hops(50*time.Microsecond, 60*time.Microsecond, 50*time.Microsecond))
+	for b.Loop() {
+		r.Resample([]float64{0.5, 0.99}, 1000, 64, 1)
 	}
 }
