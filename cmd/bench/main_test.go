@@ -114,3 +114,39 @@ func TestOverheadValidatesContend(t *testing.T) {
 		}
 	}
 }
+
+// Each bare proxy gets its own copy of the executable: the same bytes in a file of its
+// own, so its machine code is not the measuring client's nor another proxy's.
+func TestPrivateCopiesShareNoFileWithTheExecutable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	self := filepath.Join(dir, "self")
+	if err := os.WriteFile(self, []byte("#!/bin/sh\necho copy\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	paths, err := privateCopies(self, filepath.Join(dir), "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	selfInfo, _ := os.Stat(self)
+	var infos []os.FileInfo
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != "#!/bin/sh\necho copy\n" || fi.Mode().Perm()&0o100 == 0 {
+			t.Errorf("%s: %q, mode %v: not an executable copy", p, b, fi.Mode())
+		}
+		if os.SameFile(fi, selfInfo) {
+			t.Errorf("%s is the executable itself", p)
+		}
+		infos = append(infos, fi)
+	}
+	if len(infos) != 2 || os.SameFile(infos[0], infos[1]) {
+		t.Error("the two copies are one file")
+	}
+	if _, err := privateCopies(filepath.Join(dir, "missing"), dir, "c"); err == nil {
+		t.Error("copying a missing executable succeeded")
+	}
+}
