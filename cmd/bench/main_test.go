@@ -124,12 +124,12 @@ func TestPrivateCopiesShareNoFileWithTheExecutable(t *testing.T) {
 	if err := os.WriteFile(self, []byte("#!/bin/sh\necho copy\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	paths, err := privateCopies(self, filepath.Join(dir), "a", "b")
+	paths, err := privateCopies(self, dir, "a", "b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	selfInfo, _ := os.Stat(self)
-	var infos []os.FileInfo
+	infos := make([]os.FileInfo, 0, len(paths))
 	for _, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
