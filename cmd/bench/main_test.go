@@ -150,3 +150,28 @@ func TestPrivateCopiesShareNoFileWithTheExecutable(t *testing.T) {
 		t.Error("copying a missing executable succeeded")
 	}
 }
+
+// The copies go beside the executable, and are removed; an executable that cannot be read
+// is run itself, with a warning, rather than failing the measurement.
+func TestProxyExecutablesAreRemovedAndFallBackToTheExecutable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	self := filepath.Join(dir, "bench")
+	if err := os.WriteFile(self, []byte("binary"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	paths, remove := proxyExecutables(self, "a", "b", "c")
+	if len(paths) != 3 || filepath.Dir(filepath.Dir(paths[0])) != dir || paths[0] == paths[1] {
+		t.Fatalf("copies %v, want three distinct ones in a directory beside %s", paths, self)
+	}
+	remove()
+	if _, err := os.Stat(filepath.Dir(paths[0])); !os.IsNotExist(err) {
+		t.Errorf("the copies' directory is still there: %v", err)
+	}
+	missing := filepath.Join(dir, "missing")
+	paths, remove = proxyExecutables(missing, "a")
+	defer remove()
+	if len(paths) != 1 || paths[0] != missing {
+		t.Errorf("without a readable executable the proxies run from %v, want %s itself", paths, missing)
+	}
+}

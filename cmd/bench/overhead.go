@@ -63,15 +63,8 @@ func (c *overheadCmd) Run() error {
 	} else if err := os.MkdirAll(logs, 0o750); err != nil {
 		return err
 	}
-	binDir, err := os.MkdirTemp("", "switchyard-overhead-bin-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(binDir)
-	proxyBins, err := privateCopies(self, binDir, "proxy-engine", "proxy-pylon", "proxy-b-pylon")
-	if err != nil {
-		return err
-	}
+	proxyBins, removeCopies := proxyExecutables(self, "proxy-engine", "proxy-pylon", "proxy-b-pylon")
+	defer removeCopies()
 	ports, err := fleet.FreePorts(ctx, 6)
 	if err != nil {
 		return err
@@ -179,6 +172,33 @@ func (c *overheadCmd) contend(ctx context.Context, group *fleet.Group, self, log
 	}
 	fmt.Fprintf(os.Stderr, "%d contending copies are measuring\n", c.Contend)
 	return nil
+}
+
+// proxyExecutables returns one private copy of self per name (see privateCopies), made
+// beside self (a directory executables run from) or else in the temporary directory, and
+// a function that removes them. When neither can hold them it warns and returns self for
+// every name.
+func proxyExecutables(self string, names ...string) ([]string, func()) {
+	var errs []error
+	for _, parent := range []string{filepath.Dir(self), ""} {
+		dir, err := os.MkdirTemp(parent, ".switchyard-overhead-bin-")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		paths, err := privateCopies(self, dir, names...)
+		if err == nil {
+			return paths, func() { _ = os.RemoveAll(dir) }
+		}
+		errs = append(errs, err)
+		_ = os.RemoveAll(dir)
+	}
+	fmt.Fprintf(os.Stderr, "warning: the bare proxies run from %s itself, sharing its machine code with the client (which favours them): %v\n", self, errors.Join(errs...))
+	paths := make([]string, len(names))
+	for i := range paths {
+		paths[i] = self
+	}
+	return paths, func() {}
 }
 
 // privateCopies copies the executable self into dir once per name and returns the copies'
