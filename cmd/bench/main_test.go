@@ -120,10 +120,7 @@ func TestOverheadValidatesContend(t *testing.T) {
 func TestPrivateCopiesShareNoFileWithTheExecutable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	self := filepath.Join(dir, "self")
-	if err := os.WriteFile(self, []byte("#!/bin/sh\necho copy\n"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	self := writeExecutable(t, dir, "#!/bin/sh\necho copy\n")
 	paths, err := privateCopies(self, dir, "a", "b")
 	if err != nil {
 		t.Fatal(err)
@@ -156,10 +153,7 @@ func TestPrivateCopiesShareNoFileWithTheExecutable(t *testing.T) {
 func TestProxyExecutablesAreRemovedAndFallBackToTheExecutable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	self := filepath.Join(dir, "bench")
-	if err := os.WriteFile(self, []byte("binary"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	self := writeExecutable(t, dir, "binary")
 	paths, remove := proxyExecutables(self, "a", "b", "c")
 	if len(paths) != 3 || filepath.Dir(filepath.Dir(paths[0])) != dir || paths[0] == paths[1] {
 		t.Fatalf("copies %v, want three distinct ones in a directory beside %s", paths, self)
@@ -174,4 +168,14 @@ func TestProxyExecutablesAreRemovedAndFallBackToTheExecutable(t *testing.T) {
 	if len(paths) != 1 || paths[0] != missing {
 		t.Errorf("without a readable executable the proxies run from %v, want %s itself", paths, missing)
 	}
+}
+
+// writeExecutable writes content as an executable file in dir and returns its path.
+func writeExecutable(t *testing.T, dir, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, "bench")
+	if err := os.WriteFile(path, []byte(content), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

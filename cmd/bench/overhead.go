@@ -151,10 +151,11 @@ func (c *overheadCmd) contend(ctx context.Context, group *fleet.Group, self, log
 	}
 	specs := make([]fleet.Spec, c.Contend)
 	for i := range specs {
-		specs[i] = fleet.Spec{Name: "contend-" + strconv.Itoa(i+1), Path: self, Args: []string{
+		name := "contend-" + strconv.Itoa(i+1)
+		specs[i] = fleet.Spec{Name: name, Path: self, Args: []string{
 			"overhead", "--bin-dir", c.BinDir, "--requests", strconv.Itoa(math.MaxInt32), "--warmup", "0",
 			"--ready-timeout", c.ReadyTimeout.String(), "--contend", "0", // explicit: flags win over inherited $SWITCHYARD_BENCH_*
-			"--logs", filepath.Join(logs, "contend-"+strconv.Itoa(i+1)),
+			"--logs", filepath.Join(logs, name),
 		}}
 	}
 	if err := startChildren(group, specs, logs); err != nil {
