@@ -2,6 +2,7 @@ package pylon
 
 import (
 	"net"
+	"strconv"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -38,6 +39,8 @@ func benchRequest(ctx *fasthttp.RequestCtx) {
 // BenchmarkServeBuffered measures the data-path handler for a non-streamed request over an
 // in-memory engine, next to a bare proxy handler doing only the upstream call: the
 // difference is the pylon's own work (admission, bookkeeping, x-pylon-load, metrics).
+// path=pylon-from-gateway adds what a gateway sends (a dispatch sequence and the expected
+// queue delay, so the sequence echo and queue admission run too).
 func BenchmarkServeBuffered(b *testing.B) {
 	ln := benchUpstream(b)
 	dial := func(string) (net.Conn, error) { return ln.Dial() }
@@ -53,24 +56,40 @@ func BenchmarkServeBuffered(b *testing.B) {
 			}
 		}
 	})
-	b.Run("path=pylon", func(b *testing.B) {
-		cfg := DefaultConfig()
-		cfg.UpstreamBaseURL, cfg.InitialInputTPS = "http://engine", 1000
-		p, err := New(cfg, Deps{Dial: dial})
-		if err != nil {
-			b.Fatal(err)
+	for _, tagged := range []bool{false, true} {
+		name := "path=pylon"
+		if tagged {
+			name = "path=pylon-from-gateway"
 		}
-		defer p.sys.Shutdown()
-		defer p.client.CloseIdleConnections()
-		p.setModels([]string{"m"})
-		var ctx fasthttp.RequestCtx
-		b.ReportAllocs()
-		for b.Loop() {
-			benchRequest(&ctx)
-			p.serve(&ctx)
-			if ctx.Response.StatusCode() != 200 || len(ctx.Response.Header.Peek(control.HeaderPylonLoad)) == 0 {
-				b.Fatalf("status %d\n%s", ctx.Response.StatusCode(), ctx.Response.Body())
+		b.Run(name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.UpstreamBaseURL, cfg.InitialInputTPS = "http://engine", 1000
+			p, err := New(cfg, Deps{Dial: dial})
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-	})
+			defer p.sys.Shutdown()
+			defer p.client.CloseIdleConnections()
+			p.setModels([]string{"m"})
+			var ctx fasthttp.RequestCtx
+			var seq uint64
+			var seqBuf [32]byte
+			b.ReportAllocs()
+			for b.Loop() {
+				benchRequest(&ctx)
+				if tagged {
+					seq++
+					ctx.Request.Header.SetBytesV(control.HeaderDispatchSeq, strconv.AppendUint(append(seqBuf[:0], "gw/"...), seq, 10))
+					ctx.Request.Header.Set(control.HeaderExpectedQueueMs, "0")
+				}
+				p.serve(&ctx)
+				if ctx.Response.StatusCode() != 200 || len(ctx.Response.Header.Peek(control.HeaderPylonLoad)) == 0 {
+					b.Fatalf("status %d\n%s", ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+			}
+			if r, err := control.ParseLoadReport(string(ctx.Response.Header.Peek(control.HeaderPylonLoad))); err != nil || r.DispatchSeq != seq {
+				b.Fatalf("the last answer's load report echoes seq %d (%v), want %d", r.DispatchSeq, err, seq)
+			}
+		})
+	}
 }
