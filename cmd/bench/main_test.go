@@ -61,7 +61,8 @@ func overheadRun(n int, added map[int]time.Duration) *overhead.Result {
 }
 
 // The report gives each ratio's interval and settles the budget from it: within, over, or
-// not settled by the run; it flags an A/A control whose interval leaves out 1.00×.
+// not settled by the run (and, when the A/A control could not be settled either, that the
+// run was too short); it flags an A/A control whose interval leaves out 1.00×.
 func TestWriteOverheadSettlesTheBudgetFromIntervals(t *testing.T) {
 	t.Parallel()
 	us := time.Microsecond
@@ -87,6 +88,7 @@ func TestWriteOverheadSettlesTheBudgetFromIntervals(t *testing.T) {
 		{"within", 4000, 60 * us, 60 * us, []string{"gateway → pylon: within the budget at p50 and p99", "95 % intervals p50, p99"}, []string{"warning"}},
 		{"over", 4000, 120 * us, 60 * us, []string{"gateway → pylon: over the budget at p50 and p99"}, []string{"warning"}},
 		{"not settled", 150, 70 * us, 60 * us, []string{"gateway → pylon: not settled at p99 by this run"}, nil},
+		{"control settled", 4000, 70 * us, 60 * us, nil, []string{"reaches past it too"}},
 		{"uneven control", 4000, 60 * us, 90 * us, []string{"warning: the A/A control's 99 % interval at p50 leaves out 1.00×", "in this run it measured +4"}, nil},
 	}
 	for _, c := range cases {
@@ -100,6 +102,29 @@ func TestWriteOverheadSettlesTheBudgetFromIntervals(t *testing.T) {
 			if strings.Contains(out, w) {
 				t.Errorf("%s: %q in\n%s", c.name, w, out)
 			}
+		}
+	}
+}
+
+// A quantile the A/A control could not settle either gets the advice that the run was too
+// short, not merely "run it again".
+func TestSettleSaysWhenTheRunIsTooShortForIdenticalCode(t *testing.T) {
+	t.Parallel()
+	tight, wide := overhead.Interval{Lo: 0.95, Hi: 1.05}, overhead.Interval{Lo: 0.7, Hi: 1.5}
+	cases := []struct {
+		name           string
+		in, control    [2]overhead.Interval
+		want, dontWant string
+	}{
+		{"control wide at p99", [2]overhead.Interval{tight, wide}, [2]overhead.Interval{tight, wide}, "the A/A control's interval at p99 reaches past it too", ""},
+		{"control settled", [2]overhead.Interval{tight, wide}, [2]overhead.Interval{tight, tight}, "not settled at p99 by this run", "reaches past it too"},
+		{"control wide where the component settled", [2]overhead.Interval{tight, tight}, [2]overhead.Interval{wide, wide}, "within the budget", "reaches past it too"},
+		{"over wins", [2]overhead.Interval{{Lo: 1.3, Hi: 1.4}, wide}, [2]overhead.Interval{tight, wide}, "over the budget at p50", "reaches past it too"},
+	}
+	for _, c := range cases {
+		got := settle(c.in, c.control)
+		if !strings.Contains(got, c.want) || (c.dontWant != "" && strings.Contains(got, c.dontWant)) {
+			t.Errorf("%s: %q", c.name, got)
 		}
 	}
 }

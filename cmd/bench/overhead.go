@@ -316,7 +316,7 @@ func writeOverhead(w io.Writer, r *overhead.Result) error {
 	verdicts = append(verdicts, row("pylon → engine", overhead.PylonEngine, overhead.ProxyEngine, overhead.Engine))
 	fmt.Fprintf(tw, "bare proxy → pylon\t%s\t%s\t\t\t\t\n", us(r.Added(overhead.ProxyPylon, overhead.Pylon, 0.5)), us(r.Added(overhead.ProxyPylon, overhead.Pylon, 0.99)))
 	verdicts = append(verdicts, row("gateway → pylon", overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon))
-	row("bare proxy B → pylon", overhead.ControlPylon, overhead.ProxyPylon, overhead.Pylon)
+	control := row("bare proxy B → pylon", overhead.ControlPylon, overhead.ProxyPylon, overhead.Pylon)
 	if err := tw.Flush(); err != nil {
 		return err //nolint:wrapcheck // the writer's own error
 	}
@@ -336,7 +336,7 @@ func writeOverhead(w io.Writer, r *overhead.Result) error {
 		}
 	}
 	for _, v := range verdicts {
-		fmt.Fprintf(w, "%s: %s\n", v.name, settle(v.in))
+		fmt.Fprintf(w, "%s: %s\n", v.name, settle(v.in, control.in))
 	}
 	return nil
 }
@@ -349,20 +349,30 @@ func interval(in overhead.Interval) string {
 	return fmt.Sprintf("%.2f–%.2f", in.Lo, in.Hi)
 }
 
-// settle states what a component's p50 and p99 intervals say about the budget.
-func settle(in [2]overhead.Interval) string {
-	var over, open []string
+// settle states what a component's p50 and p99 intervals say about the budget. control
+// holds the A/A control's intervals: where the control's own interval reaches past the
+// budget too, the run was too short to settle that quantile even for identical code, and
+// the advice says so (p99 needs many more requests than p50).
+func settle(in, control [2]overhead.Interval) string {
+	var over, open, blind []string
 	for qi, i := range in {
 		switch {
 		case i.Lo > overheadBudget:
 			over = append(over, reportQNames[qi])
 		case i.Hi > overheadBudget:
 			open = append(open, reportQNames[qi])
+			if control[qi].Hi > overheadBudget {
+				blind = append(blind, reportQNames[qi])
+			}
 		}
 	}
 	switch {
 	case len(over) > 0:
 		return fmt.Sprintf("over the budget at %s in this run (the whole interval is above %.2f×).", strings.Join(over, " and "), overheadBudget)
+	case len(blind) > 0:
+		return fmt.Sprintf("not settled at %s by this run (the interval reaches past %.2f×); the A/A control's interval at %s reaches past it too, "+
+			"so this run was too short to settle it even for identical code: run with more --requests (100000 settles p99 on a 2-core VM).",
+			strings.Join(open, " and "), overheadBudget, strings.Join(blind, " and "))
 	case len(open) > 0:
 		return fmt.Sprintf("not settled at %s by this run (the interval reaches past %.2f×); run it again, or with more --requests.", strings.Join(open, " and "), overheadBudget)
 	}
