@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +194,37 @@ func TestProxyExecutablesAreRemovedAndFallBackToTheExecutable(t *testing.T) {
 	defer remove()
 	if len(paths) != 1 || paths[0] != missing {
 		t.Errorf("without a readable executable the proxies run from %v, want %s itself", paths, missing)
+	}
+}
+
+// Copies left behind by a bench that was killed are removed by the next one; those of a
+// bench still running, and directories that name no process, are not.
+func TestStaleCopiesAreSwept(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Join(p, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stale := mk(copiesPrefix + strconv.Itoa(gone.Process.Pid) + "-123")
+	live := mk(copiesPrefix + strconv.Itoa(os.Getpid()) + "-456")
+	unnamed := mk(copiesPrefix + "789")
+	other := mk("unrelated-" + strconv.Itoa(gone.Process.Pid) + "-1")
+	sweepStaleCopies(dir)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the copies of a process that is gone are still there: %v", err)
+	}
+	for _, keep := range []string{live, unnamed, other} {
+		if _, err := os.Stat(keep); err != nil {
+			t.Errorf("%s was removed: %v", keep, err)
+		}
 	}
 }
 

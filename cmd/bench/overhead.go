@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -182,7 +183,8 @@ func (c *overheadCmd) contend(ctx context.Context, group *fleet.Group, self, log
 func proxyExecutables(self string, names ...string) ([]string, func()) {
 	var errs []error
 	for _, parent := range []string{filepath.Dir(self), ""} {
-		dir, err := os.MkdirTemp(parent, ".switchyard-overhead-bin-")
+		sweepStaleCopies(parent)
+		dir, err := os.MkdirTemp(parent, copiesPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -200,6 +202,31 @@ func proxyExecutables(self string, names ...string) ([]string, func()) {
 		paths[i] = self
 	}
 	return paths, func() {}
+}
+
+// copiesPrefix starts the name of a directory of proxy copies; the creating process's id
+// follows, then a random suffix.
+const copiesPrefix = ".switchyard-overhead-bin-"
+
+// sweepStaleCopies removes the directories of proxy copies in parent ("" = the temporary
+// directory) whose creating process is gone — left behind by a bench that was killed
+// before it could remove them (each holds three copies of this executable). A directory
+// whose process still runs, or that does not name one, is left alone.
+func sweepStaleCopies(parent string) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dirs, _ := filepath.Glob(filepath.Join(parent, copiesPrefix+"*"))
+	for _, dir := range dirs {
+		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(dir), copiesPrefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // privateCopies copies the executable self into dir once per name and returns the copies'
