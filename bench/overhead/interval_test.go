@@ -9,24 +9,10 @@ import (
 	"time"
 )
 
-// synthetic returns n rounds: every path's latency is the baseline's draw plus the hop's
-// own added latency, each with exponential noise (a long tail, as on a real machine).
-// added[p] is path p's mean added latency over Pylon's (0: the path is a baseline).
+// synthetic returns n rounds of Synthetic seeded with seed. added[p] is path p's mean
+// added latency over Pylon's (0: the path is a baseline).
 func synthetic(n int, seed uint64, added [NumPaths]time.Duration) *Result {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	noise := func(mean time.Duration) time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
-	var rounds [NumPaths][]time.Duration
-	for range n {
-		base := 100*time.Microsecond + noise(20*time.Microsecond)
-		for p := range rounds {
-			d := base
-			if added[p] > 0 {
-				d += added[p]/2 + noise(added[p]/2)
-			}
-			rounds[p] = append(rounds[p], d)
-		}
-	}
-	return NewResult(rounds)
+	return Synthetic(rand.New(rand.NewPCG(seed, 7)), n, added)
 }
 
 func hops(proxy, component, control time.Duration) [NumPaths]time.Duration {

@@ -43,23 +43,14 @@ func TestLoadScenarioErrorsAreOneLine(t *testing.T) {
 	}
 }
 
-// The overhead report states the A/A control's deviation and warns when it is large.
-// overheadRun returns n synthetic rounds: every path is the same baseline draw plus its
-// hop's added latency (mean added[p], exponential noise).
+// overheadRun returns n synthetic rounds (overhead.Synthetic): every path is the same
+// baseline draw plus its hop's added latency (mean added[p], exponential noise).
 func overheadRun(n int, added map[int]time.Duration) *overhead.Result {
-	rng := rand.New(rand.NewPCG(uint64(n), 9))
-	var rounds [overhead.NumPaths][]time.Duration
-	for range n {
-		base := 100*time.Microsecond + time.Duration(rng.ExpFloat64()*float64(20*time.Microsecond))
-		for p := range rounds {
-			d := base
-			if a := added[p]; a > 0 {
-				d += a/2 + time.Duration(rng.ExpFloat64()*float64(a/2))
-			}
-			rounds[p] = append(rounds[p], d)
-		}
+	var a [overhead.NumPaths]time.Duration
+	for p, d := range added {
+		a[p] = d
 	}
-	return overhead.NewResult(rounds)
+	return overhead.Synthetic(rand.New(rand.NewPCG(uint64(n), 9)), n, a)
 }
 
 // The report gives each ratio's interval and settles the budget from it: within, over, or

@@ -64,7 +64,8 @@ func (c *overheadCmd) Run() error {
 	} else if err := os.MkdirAll(logs, 0o750); err != nil {
 		return err
 	}
-	proxyBins, removeCopies := proxyExecutables(self, "proxy-engine", "proxy-pylon", "proxy-b-pylon")
+	proxyNames := [...]string{"proxy-engine", "proxy-pylon", "proxy-b-pylon"}
+	proxyBins, removeCopies := proxyExecutables(self, proxyNames[:]...)
 	defer removeCopies()
 	ports, err := fleet.FreePorts(ctx, 6)
 	if err != nil {
@@ -80,9 +81,9 @@ func (c *overheadCmd) Run() error {
 			"--gateway", "http://" + gateway, "--inference-server-id", "overhead", "--initial-input-tps", "100000",
 			"--engine-stats-stream", "off", "--log-level", "warn",
 		}},
-		{Name: "proxy-engine", Path: proxyBins[0], Args: []string{"bare-proxy", "--listen", proxyEngine, "--upstream", engine}},
-		{Name: "proxy-pylon", Path: proxyBins[1], Args: []string{"bare-proxy", "--listen", proxyPylon, "--upstream", pylon}},
-		{Name: "proxy-b-pylon", Path: proxyBins[2], Args: []string{"bare-proxy", "--listen", controlPylon, "--upstream", pylon}},
+		{Name: proxyNames[0], Path: proxyBins[0], Args: []string{"bare-proxy", "--listen", proxyEngine, "--upstream", engine}},
+		{Name: proxyNames[1], Path: proxyBins[1], Args: []string{"bare-proxy", "--listen", proxyPylon, "--upstream", pylon}},
+		{Name: proxyNames[2], Path: proxyBins[2], Args: []string{"bare-proxy", "--listen", controlPylon, "--upstream", pylon}},
 	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
