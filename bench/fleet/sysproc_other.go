@@ -2,9 +2,18 @@
 
 package fleet
 
-import "syscall"
+import (
+	"errors"
+	"syscall"
+	"time"
+)
 
 // sysProcAttr puts the child in its own process group.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// CPUTime is not available here.
+func CPUTime(int) (time.Duration, error) {
+	return 0, errors.ErrUnsupported
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/bench/fleet"
 	"github.com/switchyard/switchyard/bench/overhead"
 )
 
@@ -227,4 +228,21 @@ func writeExecutable(t *testing.T, dir, content string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+func TestCPUPerRequest(t *testing.T) {
+	t.Parallel()
+	specs := []fleet.Spec{{Name: "engine"}, {Name: "gateway"}, {Name: "pylon"}, {Name: "proxy-pylon"}}
+	served := map[string]int{"engine": 7, "pylon": 5}
+	ms := time.Millisecond
+	before := []time.Duration{100 * ms, 0, 10 * ms, -1}
+	after := []time.Duration{100*ms + 1400*ms, 260 * ms, 10*ms + 500*ms, 50 * ms}
+	got := cpuPerRequest(specs, served, before, after, 1000)
+	// engine 1.4 s over 7 000 requests, gateway 0.26 s over 1 000, pylon 0.5 s over 5 000;
+	// the proxy's first reading failed.
+	for _, want := range []string{"engine 200.0 µs (7 paths)", "gateway 260.0 µs,", "pylon 100.0 µs (5 paths)", "proxy-pylon n/a"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %q", want, got)
+		}
+	}
 }

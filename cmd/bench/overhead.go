@@ -87,7 +87,8 @@ func (c *overheadCmd) Run() error {
 	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
-	if err := startChildren(group, specs, logs); err != nil {
+	procs, err := startChildren(group, specs, logs)
+	if err != nil {
 		return err
 	}
 	if err := waitRoutable(ctx, gateway, 1, c.ReadyTimeout); err != nil {
@@ -97,13 +98,19 @@ func (c *overheadCmd) Run() error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "%s %d requests per path (+%d warm-up), seven paths in a random order each round…\n", measuringLine, c.Requests, c.Warmup)
+	cpuBefore := cpuTimes(procs)
 	res, err := overhead.Measure(ctx, overhead.Targets{engine, proxyEngine, pylon, pylon, proxyPylon, gateway, controlPylon}, overheadModel, c.Requests, c.Warmup)
 	if err != nil {
 		return err
 	}
+	cpuAfter := cpuTimes(procs)
 	if err := writeOverhead(os.Stdout, res); err != nil {
 		return err
 	}
+	// Each process's CPU per request it served: the three proxies and the gateway serve one
+	// path, the pylon five and the engine all seven.
+	served := map[string]int{"engine": overhead.NumPaths, "pylon": 5}
+	fmt.Printf("\n%s\n", cpuPerRequest(specs, served, cpuBefore, cpuAfter, c.Requests+c.Warmup))
 	// The gateway's own view of the same requests: its time before the upstream call and
 	// the upstream call itself, as means.
 	if status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/metrics", time.Second); err == nil && status == fasthttp.StatusOK {
@@ -160,7 +167,7 @@ func (c *overheadCmd) contend(ctx context.Context, group *fleet.Group, self, log
 			"--logs", filepath.Join(logs, name),
 		}}
 	}
-	if err := startChildren(group, specs, logs); err != nil {
+	if _, err := startChildren(group, specs, logs); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(c.ReadyTimeout)
@@ -251,20 +258,59 @@ func privateCopies(self, dir string, names ...string) ([]string, error) {
 	return paths, nil
 }
 
-// startChildren starts every spec into group, each logging to <logDir>/<name>.log.
-func startChildren(group *fleet.Group, specs []fleet.Spec, logDir string) error {
+// startChildren starts every spec into group, each logging to <logDir>/<name>.log, and
+// returns them in the specs' order.
+func startChildren(group *fleet.Group, specs []fleet.Spec, logDir string) ([]*fleet.Proc, error) {
+	procs := make([]*fleet.Proc, 0, len(specs))
 	for _, sp := range specs {
 		lf, err := os.Create(filepath.Join(logDir, sp.Name+".log"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p, err := fleet.Start(sp, lf)
 		if err != nil {
-			return fmt.Errorf("start %s: %w", sp.Name, err)
+			return nil, fmt.Errorf("start %s: %w", sp.Name, err)
 		}
 		group.Add(p)
+		procs = append(procs, p)
 	}
-	return nil
+	return procs, nil
+}
+
+// cpuTimes reads each process's CPU time so far; < 0 where it cannot be read.
+func cpuTimes(procs []*fleet.Proc) []time.Duration {
+	out := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		d, err := fleet.CPUTime(p.PID())
+		if err != nil {
+			d = -1
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// cpuPerRequest says how much CPU each process used per request it served, from its CPU
+// times before and after the measurement; served names how many paths a process serves
+// (1 when absent), each carrying perPath requests.
+func cpuPerRequest(specs []fleet.Spec, served map[string]int, before, after []time.Duration, perPath int) string {
+	var b strings.Builder
+	b.WriteString("CPU per request served (user + system of the whole process, warm-up included; 10 ms clock ticks):")
+	sep := " "
+	for i, sp := range specs {
+		paths := max(served[sp.Name], 1)
+		if before[i] < 0 || after[i] < 0 || perPath <= 0 {
+			fmt.Fprintf(&b, "%s%s n/a", sep, sp.Name)
+		} else {
+			per := float64(after[i]-before[i]) / float64(time.Microsecond) / float64(paths*perPath)
+			fmt.Fprintf(&b, "%s%s %.1f µs", sep, sp.Name, per)
+		}
+		if paths > 1 {
+			fmt.Fprintf(&b, " (%d paths)", paths)
+		}
+		sep = ", "
+	}
+	return b.String()
 }
 
 // waitRoutable polls the gateway's /debug/state until n backends are routable.

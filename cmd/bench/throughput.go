@@ -98,7 +98,7 @@ func (c *throughputCmd) Run() error {
 	specs = append(specs, fleet.Spec{Name: "nginx", Path: nginx, Args: []string{"-c", conf, "-p", dir}})
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
-	if err := startChildren(group, specs, dir); err != nil {
+	if _, err := startChildren(group, specs, dir); err != nil {
 		return err
 	}
 	if err := waitRoutable(ctx, gateway, 2, 20*time.Second); err != nil {
