@@ -13,8 +13,8 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// CPUTime returns the user plus system CPU time process pid and its reaped threads have
-// used so far (/proc/PID/stat, in clock ticks of 10 ms).
+// CPUTime returns the user plus system CPU time all threads of process pid, live and
+// exited, have used so far (/proc/PID/stat, in clock ticks of 10 ms).
 func CPUTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
