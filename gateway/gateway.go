@@ -240,16 +240,6 @@ func (p slogPrinter) Printf(format string, args ...any) {
 	p.l.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
 }
 
-// serverError answers requests fasthttp rejects before the handler (oversize bodies,
-// malformed requests) with our JSON errors.
-func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, fmt.Errorf("%w: the body exceeds the replay limit of %d bytes", ErrTooLarge, g.cfg.MaxReplayBodyBytes))
-		return
-	}
-	writeError(ctx, fmt.Errorf("%w: %w", ErrBadRequest, err))
-}
-
 // Config returns the effective configuration.
 func (g *Gateway) Config() Config { return g.cfg }
 
