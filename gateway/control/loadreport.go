@@ -126,7 +126,8 @@ func appendField(b []byte, name string, v uint64) []byte {
 var ErrBadLoadReport = errors.New("invalid x-pylon-load")
 
 // ParseLoadReport decodes the wire form. Unknown fields are ignored (forward compatible);
-// a malformed known field is an error wrapping ErrBadLoadReport.
+// a malformed known field (a tps that is NaN, infinite or negative included) is an error
+// wrapping ErrBadLoadReport.
 func ParseLoadReport(s string) (LoadReport, error) {
 	var r LoadReport
 	version := false
@@ -158,6 +159,9 @@ func ParseLoadReport(s string) (LoadReport, error) {
 			r.Load.MaxEngineConcurrency, err = strconv.ParseUint(value, 10, 64)
 		case "tps":
 			r.Load.InputTPS, err = strconv.ParseFloat(value, 64)
+			if tps := r.Load.InputTPS; err == nil && (math.IsNaN(tps) || math.IsInf(tps, 0) || tps < 0) {
+				err = errors.New("must be a finite number, 0 or more")
+			}
 		case "at":
 			r.Load.ObservedAtUnixMilli, err = strconv.ParseInt(value, 10, 64)
 		case "seq":

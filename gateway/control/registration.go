@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strconv"
 
@@ -119,45 +118,10 @@ var (
 	ErrBadRegistration = errors.New("invalid registration")
 )
 
-// ParseRegistration decodes and validates a registration body for backend id pathID: JSON
-// with unknown fields rejected, id matching the path, an http(s) URL with a host and port,
-// known statuses, valid stats. Errors wrap ErrBadRegistration and say which field.
+// ParseRegistration decodes and validates a registration body for backend id pathID with
+// DefaultLimits (see Limits.ParseRegistration).
 func ParseRegistration(pathID string, body []byte) (Registration, error) {
-	var r Registration
-	if err := decodeStrict(body, &r); err != nil {
-		return Registration{}, fmt.Errorf("%w: %w", ErrBadRegistration, err)
-	}
-	var errs []error
-	switch {
-	case r.ID == "":
-		errs = append(errs, errors.New("inference_server_id is required"))
-	case r.ID != pathID:
-		errs = append(errs, fmt.Errorf("inference_server_id %q does not match the path id %q", r.ID, pathID))
-	}
-	if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
-		errs = append(errs, fmt.Errorf("inference_server_url %q must be an http(s) URL with a host and port", r.URL))
-	}
-	if r.ClusterID == "" {
-		r.ClusterID = r.ID
-	}
-	for name := range r.Models {
-		m := r.Models[name]
-		if name == "" {
-			errs = append(errs, errors.New("models: empty model id"))
-		}
-		switch m.Status {
-		case StatusActive, StatusInactive, StatusUnknown:
-		default:
-			errs = append(errs, fmt.Errorf("models[%q].status %q must be ACTIVE, INACTIVE or UNKNOWN", name, m.Status))
-		}
-		if _, err := m.Stats.Load(); err != nil {
-			errs = append(errs, fmt.Errorf("models[%q].stats: %w", name, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Registration{}, fmt.Errorf("%w: %w", ErrBadRegistration, err)
-	}
-	return r, nil
+	return DefaultLimits().ParseRegistration(pathID, body)
 }
 
 func decodeStrict(body []byte, v any) error {
