@@ -35,8 +35,8 @@ const heldModel = "held"
 var (
 	pinTPS = []string{"--benchmark-pin-input-tps"}
 	// quickEngine answers probes at once (no prefill delay, two tokens 1 ms apart) and
-	// also serves the held model.
-	quickEngine = []string{"--num-tokens", "2", "--token-delay-ms", "1", "--model-name", "dummy-model", "--model-name", heldModel}
+	// also serves the held model (held through /test-control, so enabled).
+	quickEngine = []string{"--num-tokens", "2", "--token-delay-ms", "1", "--model-name", "dummy-model", "--model-name", heldModel, "--enable-test-control"}
 )
 
 // directCall is one inference request sent straight to a pylon on its own connection.

@@ -45,6 +45,7 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 	for _, host := range []string{"engine", "gateway", "pylon"} {
 		h.lns[host] = fasthttputil.NewInmemoryListener()
 	}
+	engineCfg.EnableTestControl = true // canary and calibration tests drive /test-control
 	eng, err := mock.New(engineCfg, mock.Deps{})
 	if err != nil {
 		t.Fatal(err)

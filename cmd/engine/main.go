@@ -48,6 +48,7 @@ type cli struct {
 	ReadBufferBytes       int      `name:"read-buffer-bytes" default:"4096" help:"Per-connection read buffer; caps request header size (larger headers get 431). Released while a stream is open."`
 	WriteBufferBytes      int      `name:"write-buffer-bytes" default:"1024" help:"Per-connection write buffer, held for the life of a stream."`
 	LogLevel              string   `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	EnableTestControl     bool     `name:"enable-test-control" help:"Serve the fault-injection endpoints under /test-control (tests and benchmarks only: anyone who reaches the engine can then inject failures, hangs and delays). Off: they answer 404."`
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -71,6 +72,7 @@ func (c *cli) config() mock.Config {
 		MaxRequestBodyBytes:    c.MaxRequestBodyBytes,
 		ReadBufferBytes:        c.ReadBufferBytes,
 		WriteBufferBytes:       c.WriteBufferBytes,
+		EnableTestControl:      c.EnableTestControl,
 		Batched: latency.BatchedConfig{
 			Workers:             c.NumGPUWorkers,
 			MaxNumSeqs:          c.MaxNumSeqs,

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
+	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
 )
 
@@ -220,5 +221,59 @@ func TestDeployManifestArgs(t *testing.T) {
 		if _, err := k.Parse(args); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+}
+
+// The fault-injection endpoints are off unless --enable-test-control is given (also from
+// the environment): off, GET /test-control answers 404 like any unknown path.
+func TestEnableTestControlFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want int
+	}{
+		{nil, "false", fasthttp.StatusNotFound},
+		{[]string{"--enable-test-control"}, "false", fasthttp.StatusOK},
+		{nil, "true", fasthttp.StatusOK},
+	} {
+		t.Setenv("SWITCHYARD_ENGINE_ENABLE_TEST_CONTROL", tc.env)
+		var c cli
+		k, err := kong.New(&c, kong.Name("engine"), kong.DefaultEnvars("SWITCHYARD_ENGINE"), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		eng, err := mock.New(c.config(), mock.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("/test-control")
+		eng.Handler(&ctx)
+		if got := ctx.Response.StatusCode(); got != tc.want || string(ctx.Response.Header.ContentType()) != "application/json" {
+			t.Errorf("args %v, env %q: GET /test-control %d %s, want %d JSON", tc.args, tc.env, got, ctx.Response.Header.ContentType(), tc.want)
+		}
+		if err := eng.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	var c cli
+	k, err := kong.New(&c, kong.Name("engine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range k.Model.Flags {
+		if f.Name == "enable-test-control" {
+			found = true
+			if !strings.Contains(f.Help, "tests and benchmarks only") {
+				t.Errorf("--enable-test-control help %q does not say it is for tests and benchmarks only", f.Help)
+			}
+		}
+	}
+	if !found {
+		t.Error("no --enable-test-control flag")
 	}
 }

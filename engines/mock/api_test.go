@@ -12,7 +12,7 @@ import (
 	"github.com/switchyard/switchyard/engines/mock"
 )
 
-var fastCfg = mock.Config{ModelNames: []string{"m", "m2"}, NumTokens: 3, MaxRequestBodyBytes: 4096}
+var fastCfg = mock.Config{ModelNames: []string{"m", "m2"}, NumTokens: 3, MaxRequestBodyBytes: 4096, EnableTestControl: true}
 
 type errBody struct {
 	Error struct {

@@ -83,6 +83,10 @@ type Config struct {
 	// WriteBufferBytes is the per-connection write buffer, held while a response is
 	// written, for the whole life of a stream (zero means 1024).
 	WriteBufferBytes int
+	// EnableTestControl serves the fault-injection endpoints under /test-control (default
+	// off: they answer 404 like any unknown path). They let whoever reaches the engine
+	// inject failures, hangs and delays, so they are for tests and benchmarks only.
+	EnableTestControl bool
 }
 
 // ErrConfig is the class of configuration errors.

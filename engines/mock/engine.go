@@ -1,7 +1,6 @@
 package mock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -202,8 +201,10 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
 }
 
-// errorHandler answers requests fasthttp could not read.
+// errorHandler answers requests fasthttp could not read. fasthttp's errors quote pieces
+// of the request: the answer names the error class only, the detail goes to the debug log.
 func (e *Engine) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	e.log.Debug("unreadable_request", "remote_addr", ctx.RemoteAddr().String(), "err", err)
 	writeError(ctx, fmt.Errorf("%w: %w", errBadHTTP, err))
 }
 
@@ -235,19 +236,11 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 		e.get(ctx, e.serveKVStats)
 	case "/metrics":
 		e.get(ctx, e.serveMetrics)
-	case "/test-control":
-		e.get(ctx, e.serveTestControl)
-	case "/test-control/discovery-models":
-		e.put(ctx, e.putDiscoveryModels)
-	case "/test-control/health":
-		e.put(ctx, e.putHealth)
 	default:
-		if model, ok := bytes.CutPrefix(path, []byte("/test-control/models/")); ok && len(model) > 0 {
-			name := string(model)
-			e.put(ctx, func(ctx *fasthttp.RequestCtx) { e.putModelControl(ctx, name) })
+		if e.cfg.EnableTestControl && e.routeTestControl(ctx, path) {
 			return
 		}
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "not_found", Message: "no route for " + string(path)})
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "not_found", Message: "no route for " + quoteClient(path)})
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // RequestCtx, and streams are rendered without waiting (every delay is zero).
 func fuzzEngine(tb testing.TB) *Engine {
 	tb.Helper()
-	e, err := New(Config{ModelNames: []string{"m"}, NumTokens: 16}, Deps{})
+	e, err := New(Config{ModelNames: []string{"m"}, NumTokens: 16, EnableTestControl: true}, Deps{})
 	if err != nil {
 		tb.Fatal(err)
 	}

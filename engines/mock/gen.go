@@ -349,7 +349,7 @@ func (e *Engine) generate(ctx *fasthttp.RequestCtx, ep endpoint) error {
 	if ms == nil {
 		return &apiError{
 			Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "model_not_found",
-			Message: "the model '" + req.model + "' does not exist",
+			Message: "the model " + quoteClient(req.model) + " does not exist",
 		}
 	}
 	if err := req.tokenCounts(&ctx.Request.Header, e.cfg.NumTokens); err != nil {

@@ -18,6 +18,7 @@ import (
 type harness struct {
 	t      testing.TB
 	eng    *mock.Engine
+	ln     *fasthttputil.InmemoryListener // for raw connections
 	client *fasthttp.Client
 	served chan error
 }
@@ -29,7 +30,7 @@ func start(tb testing.TB, cfg mock.Config) *harness {
 		tb.Fatalf("New: %v", err)
 	}
 	ln := fasthttputil.NewInmemoryListener()
-	h := &harness{t: tb, eng: eng, served: make(chan error, 1)}
+	h := &harness{t: tb, eng: eng, ln: ln, served: make(chan error, 1)}
 	h.client = &fasthttp.Client{
 		Dial:                func(string) (net.Conn, error) { return ln.Dial() },
 		MaxConnsPerHost:     4096,

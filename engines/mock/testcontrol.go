@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,13 +123,48 @@ func (e *Engine) applyFaults(ms *modelState, class string) (dropAfter int, err e
 	return -1, nil
 }
 
+// routeTestControl serves the fault-injection endpoints (only with
+// Config.EnableTestControl); it reports false for any other path.
+func (e *Engine) routeTestControl(ctx *fasthttp.RequestCtx, path []byte) bool {
+	switch string(path) {
+	case "/test-control":
+		e.get(ctx, e.serveTestControl)
+	case "/test-control/discovery-models":
+		e.put(ctx, e.putDiscoveryModels)
+	case "/test-control/health":
+		e.put(ctx, e.putHealth)
+	default:
+		model, ok := bytes.CutPrefix(path, []byte("/test-control/models/"))
+		if !ok || len(model) == 0 {
+			return false
+		}
+		name := string(model)
+		e.put(ctx, func(ctx *fasthttp.RequestCtx) { e.putModelControl(ctx, name) })
+	}
+	return true
+}
+
 func decodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("invalid_json", "invalid control body: "+err.Error())
+		return badRequest("invalid_json", "invalid control body: "+decodeMessage(err))
 	}
 	return nil
+}
+
+// decodeMessage is a JSON decoding error's message with the one part that can be long
+// client input, an unknown field's name, bounded (quoteClient).
+func decodeMessage(err error) string {
+	msg := err.Error()
+	const unknown = "json: unknown field "
+	if quoted, ok := strings.CutPrefix(msg, unknown); ok {
+		if name, uerr := strconv.Unquote(quoted); uerr == nil {
+			return unknown + quoteClient(name)
+		}
+		return unknown + quoteClient(quoted)
+	}
+	return msg
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, v any) {
@@ -160,7 +196,7 @@ func (e *Engine) putModelControl(ctx *fasthttp.RequestCtx, model string) {
 	}
 	e.mu.Unlock()
 	if ms == nil {
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "model_not_found", Message: "the model '" + model + "' does not exist"})
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "model_not_found", Message: "the model " + quoteClient(model) + " does not exist"})
 		return
 	}
 	writeJSON(ctx, c)
