@@ -1,0 +1,179 @@
+// Package secret holds the bearer token that guards the control plane. The token is given
+// on the command line or, better, in a file such as a mounted Kubernetes Secret; a file is
+// watched so that a rotated token takes effect without restarting the binary.
+package secret
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode"
+)
+
+const (
+	flagLiteral = "--control-token"
+	flagFile    = "--control-token-file"
+)
+
+var (
+	errEmpty   = errors.New("token is empty")
+	errBadChar = errors.New("token contains whitespace or control characters")
+)
+
+// bearer is the authorization scheme; it is compared case-insensitively, as HTTP
+// authentication schemes are.
+var bearer = []byte("Bearer ")
+
+// Token is a bearer token given literally or read from a file. The file is checked on
+// every use (one os.Stat: modification time, size and inode) and read again when it
+// changed. os.Stat follows symbolic links, so the way Kubernetes updates a Secret volume,
+// by pointing a symlink at a new directory, shows up as a new inode even when time and
+// size are the same. A Token is safe for concurrent use. A nil *Token is not configured.
+type Token struct {
+	file string // empty for a literal token
+	log  *slog.Logger
+
+	cur atomic.Pointer[version] // nil when not configured
+
+	mu         sync.Mutex // serialises reloads and guards the fields below
+	failed     fileStamp  // the file's state when the last reload failed
+	failedSeen bool       // failed is set
+}
+
+// version is one value of the token and the state of the file it was read from.
+type version struct {
+	stamp fileStamp
+	value string
+	raw   []byte // value as bytes, for comparing without converting per request
+}
+
+// NewToken returns the token given literally or in file. Both empty means no token is
+// configured (every request is allowed); both set is an error. A file must exist and hold
+// a token when NewToken is called; surrounding whitespace, such as the trailing newline
+// of `echo token > file`, is removed. Later, a file that has become unreadable or empty,
+// as can happen for a moment during a rotation, keeps the last good token; that is logged
+// once as a warning for each new state of the file. log may be nil.
+func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Token{file: file, log: log}
+	switch {
+	case literal != "" && file != "":
+		return nil, fmt.Errorf("%s and %s are both set; use one", flagLiteral, flagFile)
+	case literal != "":
+		value, err := parse([]byte(literal))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagLiteral, err)
+		}
+		t.cur.Store(newVersion(fileStamp{}, value))
+	case file != "":
+		st := stampOf(file) // before reading: if the file changes meanwhile, the next use reads it again
+		value, err := readToken(file)
+		if err != nil {
+			return nil, err
+		}
+		t.cur.Store(newVersion(st, value))
+	}
+	return t, nil
+}
+
+func newVersion(st fileStamp, value string) *version {
+	return &version{stamp: st, value: value, raw: []byte(value)}
+}
+
+// Configured reports whether a token was given.
+func (t *Token) Configured() bool { return t != nil && t.cur.Load() != nil }
+
+// Value returns the current token, re-reading the file first if it changed; "" when not
+// configured.
+func (t *Token) Value() string {
+	if v := t.current(); v != nil {
+		return v.value
+	}
+	return ""
+}
+
+// Check reports whether authorization, the value of an Authorization header, carries the
+// current token: "Bearer <token>" (the scheme in any case). It is true when no token is
+// configured. The token is compared in constant time, so the time taken does not reveal
+// how much of a guess was right (only whether its length was). A literal token costs no
+// allocation; a file token costs one os.Stat.
+func (t *Token) Check(authorization []byte) bool {
+	v := t.current()
+	if v == nil {
+		return true
+	}
+	if len(authorization) < len(bearer) || !bytes.EqualFold(authorization[:len(bearer)], bearer) {
+		return false
+	}
+	return subtle.ConstantTimeCompare(authorization[len(bearer):], v.raw) == 1
+}
+
+// current returns the token's current version, nil when not configured.
+func (t *Token) current() *version {
+	if t == nil {
+		return nil
+	}
+	cur := t.cur.Load()
+	if cur == nil || t.file == "" {
+		return cur
+	}
+	if stampOf(t.file) == cur.stamp {
+		return cur
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// Look again under the lock: another caller may have reloaded already.
+	cur = t.cur.Load()
+	st := stampOf(t.file)
+	if st == cur.stamp || (t.failedSeen && st == t.failed) {
+		return cur
+	}
+	value, err := readToken(t.file)
+	if err != nil {
+		t.failed, t.failedSeen = st, true
+		t.log.Warn("control token file changed but holds no usable token; still using the previous token",
+			"file", t.file, "err", err)
+		return cur
+	}
+	t.failedSeen = false
+	next := newVersion(st, value)
+	t.cur.Store(next)
+	if value != cur.value {
+		t.log.Info("control token reloaded", "file", t.file)
+	}
+	return next
+}
+
+func readToken(file string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flagFile, err)
+	}
+	value, err := parse(data)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", flagFile, file, err)
+	}
+	return value, nil
+}
+
+// parse trims surrounding whitespace and rejects what could never match a header: an
+// empty token, or one with whitespace or control characters inside (a file holding two
+// lines, say).
+func parse(data []byte) (string, error) {
+	value := strings.TrimSpace(string(data))
+	if value == "" {
+		return "", errEmpty
+	}
+	if strings.IndexFunc(value, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return "", errBadChar
+	}
+	return value, nil
+}
