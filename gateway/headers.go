@@ -204,7 +204,7 @@ func (rh *routingHeaders) uint(i, bitSize int, budgetHeader string) (uint64, boo
 	}
 	n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, bitSize)
 	if err != nil {
-		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %q", ErrBadRequest, rh.name(i, budgetHeader), v)
+		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %s", ErrBadRequest, rh.name(i, budgetHeader), quoteClient(v))
 	}
 	return n, true, nil
 }

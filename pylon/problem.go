@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -37,7 +38,7 @@ func badHeader(name, why string) *problem {
 }
 
 func generationUnavailable(model string) *problem {
-	p := newProblem(fasthttp.StatusServiceUnavailable, "model "+strconv.Quote(model)+" has no admitted generation on this pylon")
+	p := newProblem(fasthttp.StatusServiceUnavailable, "model "+quoteClient(model)+" has no admitted generation on this pylon")
 	p.Reason, p.retryable = control.RetryModelGenerationUnavail, true
 	return p
 }
@@ -104,6 +105,8 @@ func streamRequired(path string) *problem {
 
 // unreadableRequest answers a request fasthttp could not read (the server's ErrorHandler):
 // a body over the limit gets 413, headers over the read buffer 431, anything else 400.
+// The details are fixed: fasthttp's errors quote pieces of the request, which must not
+// be echoed back (the server's fasthttp logger reports parse errors at debug level).
 func unreadableRequest(err error, maxBodyBytes int) *problem {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
@@ -114,8 +117,25 @@ func unreadableRequest(err error, maxBodyBytes int) *problem {
 	case errors.As(err, &small):
 		return newProblem(fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers are too large")
 	default:
-		return newProblem(fasthttp.StatusBadRequest, "cannot parse the request: "+err.Error())
+		return newProblem(fasthttp.StatusBadRequest, "malformed HTTP request")
 	}
+}
+
+// maxEcho bounds the bytes of a client-sent value that a problem detail may quote.
+const maxEcho = 64
+
+// quoteClient quotes a client-sent value for a problem detail: at most maxEcho bytes (cut
+// on a rune boundary, "..." marking the cut), Go-quoted so control characters and
+// invalid UTF-8 show as escapes.
+func quoteClient(v string) string {
+	if len(v) <= maxEcho {
+		return strconv.Quote(v)
+	}
+	cut := maxEcho
+	for cut > maxEcho-utf8.UTFMax && cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return strconv.Quote(v[:cut]) + "..."
 }
 
 func internalError() *problem {
