@@ -77,6 +77,17 @@ type Release struct {
 	Seq       uint64
 }
 
+// IgnoreDeadLetterLogging implements actor.IgnoreDeadLetterLogging. A request may send
+// Route, Cancel or Release to a scheduler just collected: such dead letters are expected
+// (a Route is answered, see Directory), so protoactor does not log them.
+func (Route) IgnoreDeadLetterLogging() {}
+
+// IgnoreDeadLetterLogging implements actor.IgnoreDeadLetterLogging.
+func (Cancel) IgnoreDeadLetterLogging() {}
+
+// IgnoreDeadLetterLogging implements actor.IgnoreDeadLetterLogging.
+func (Release) IgnoreDeadLetterLogging() {}
+
 // OutcomeKind classifies a scheduler's answer to a pending request.
 type OutcomeKind uint8
 

@@ -42,6 +42,10 @@ type Deps struct {
 	Logger   *slog.Logger
 	Observer Observer
 	Seed     uint64
+	// CollectGrace is how long a routing target keeps its scheduler after its last
+	// backend detached (see Directory); 0 means DefaultCollectGrace, a negative value
+	// collects at once.
+	CollectGrace time.Duration
 }
 
 // State is the scheduler's published state for /debug/state.
@@ -103,6 +107,9 @@ type Scheduler struct {
 	reeval       bool
 	// parkedCount counts live parked requests (the heap may hold cancelled entries).
 	parkedCount int
+	// sys is the actor system; stopped is set once the actor stopped (see stoppedInvoker).
+	sys     *actor.ActorSystem
+	stopped bool
 }
 
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
@@ -130,18 +137,50 @@ func hashTarget(t Target) uint64 { return xxh3.HashString(t.RoutingKey + "\x00" 
 // without a goroutine hop or an allocation, while messages that arrive during processing
 // are still handled one at a time, in order, by whichever goroutine is running the mailbox.
 func (s *Scheduler) Props() *actor.Props {
-	return actors.InlineProps(func() actor.Actor { return s })
+	return actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithMailbox(func() actor.Mailbox {
+		return &stoppedMailbox{Mailbox: actors.InlineMailbox(), s: s}
+	}))
+}
+
+// stoppedMailbox is the scheduler's mailbox with one change: a user message it delivers
+// after the scheduler stopped goes to the dead letters (where a Route is answered, see
+// Directory) instead of being dropped. Such messages were posted while the scheduler was
+// stopping; those posted after it stopped go to the dead letters anyway.
+type stoppedMailbox struct {
+	actor.Mailbox
+	s *Scheduler
+}
+
+func (m *stoppedMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+	m.Mailbox.RegisterHandlers(&stoppedInvoker{MessageInvoker: invoker, s: m.s}, dispatcher)
+}
+
+// stoppedInvoker reads s.stopped on the mailbox's run, one message at a time with the
+// scheduler's own messages (which set it): no lock needed.
+type stoppedInvoker struct {
+	actor.MessageInvoker
+	s *Scheduler
+}
+
+func (i *stoppedInvoker) InvokeUserMessage(msg any) {
+	if i.s.stopped {
+		i.s.sys.DeadLetter.SendUserMessage(i.s.self, msg)
+		return
+	}
+	i.MessageInvoker.InvokeUserMessage(msg)
 }
 
 // Receive implements actor.Actor.
 func (s *Scheduler) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		s.self = c.Self()
+		s.self, s.sys = c.Self(), c.ActorSystem()
 		s.alarm = actors.NewAlarm(c.ActorSystem().Root, s.self)
 	case *actor.Stopping:
 		s.alarm.Stop()
 		s.rejectAll(c)
+	case *actor.Stopped:
+		s.stopped = true
 	case Route:
 		m.P.Req.Excluded = slices.Clip(m.P.Req.Excluded)
 		s.try(m.P)
@@ -179,9 +218,21 @@ func (s *Scheduler) Receive(c actor.Context) {
 	case actors.Tick:
 		s.alarm.Fired()
 		s.retryParked(true)
+	case collected:
+		s.retire(c)
 	default:
 	}
 	s.armAlarm()
+}
+
+// retire ends a collected scheduler: its parked requests get the answer of a target
+// without backends, then it stops (Routes that reach it from now on are answered by the
+// Directory's dead-letter handler, the same way).
+func (s *Scheduler) retire(c actor.Context) {
+	clear(s.backends)
+	s.order, s.dirty = s.order[:0], true
+	s.retryParked(false)
+	c.Stop(s.self)
 }
 
 // changed schedules one re-evaluation of the parked requests (event-driven wake-up).
@@ -270,7 +321,7 @@ func (s *Scheduler) armAlarm() {
 	for len(s.parked) > 0 && !s.parked[0].p.parked {
 		heap.Pop(&s.parked) // cancelled
 	}
-	if len(s.parked) == 0 || s.alarm == nil {
+	if len(s.parked) == 0 || s.alarm == nil || s.stopped {
 		return
 	}
 	s.alarm.Arm(s.deps.Now(), time.Unix(0, s.parked[0].wake))
@@ -432,11 +483,7 @@ func (s *Scheduler) try(p *Pending) {
 	}
 	for {
 		if len(s.backends) == 0 {
-			if p.Failures == 0 {
-				s.reject(p, Outcome{Status: 404, Code: "no_eligible_candidates", Reason: "no_eligible_candidates"})
-			} else {
-				s.reject(p, Outcome{Status: 503, Code: "no_eligible_backend", Reason: "no_eligible_backend"})
-			}
+			s.reject(p, noCandidates(p))
 			return
 		}
 		snap := s.snap(now)
@@ -511,6 +558,15 @@ func (s *Scheduler) unavailable(p *Pending, now time.Time, d lb.Decision) {
 	default:
 	}
 	s.reject(p, Outcome{Status: 503, Code: code, Reason: reason})
+}
+
+// noCandidates is the answer to p when its target has no backend: 404 for a first attempt,
+// 503 once an attempt failed.
+func noCandidates(p *Pending) Outcome {
+	if p.Failures == 0 {
+		return Outcome{Status: 404, Code: "no_eligible_candidates", Reason: "no_eligible_candidates"}
+	}
+	return Outcome{Status: 503, Code: "no_eligible_backend", Reason: "no_eligible_backend"}
 }
 
 func minTime(a, b time.Time) time.Time {

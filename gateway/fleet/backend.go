@@ -41,7 +41,10 @@ type modelView struct {
 	build      uint64 // the pylon's snapshot build the view's load comes from (0 = unknown)
 	stats      control.Stats
 	view       dispatch.BackendView
-	scheduler  *actor.PID // the model's scheduler, once known (targets are never removed)
+	// scheduler is the model's scheduler, attached (Directory.Attach) from the first
+	// registration listing the model until the model is dropped: while attached, the
+	// target cannot be collected and the pid stays good.
+	scheduler *actor.PID
 }
 
 // backendActor owns one backend's state.
@@ -110,8 +113,8 @@ func (a *backendActor) expire(c actor.Context) {
 }
 
 func (a *backendActor) removeAll() {
-	for name := range a.models {
-		a.sendRemoved(name)
+	for name, mv := range a.models {
+		a.drop(name, mv)
 	}
 	clear(a.models)
 }
@@ -120,8 +123,11 @@ func (a *backendActor) target(model string) dispatch.Target {
 	return dispatch.Target{RoutingKey: a.b.RoutingKey, Model: model}
 }
 
-func (a *backendActor) sendRemoved(model string) {
-	a.fleet.deps.System.Root.Send(a.fleet.deps.Schedulers.Ensure(a.target(model)), dispatch.BackendRemoved{ID: a.b.ID})
+// drop tells model's scheduler that this backend left it, then detaches from the target
+// (in that order: the scheduler sees the removal before it can be collected).
+func (a *backendActor) drop(model string, mv *modelView) {
+	a.fleet.deps.System.Root.Send(mv.scheduler, dispatch.BackendRemoved{ID: a.b.ID})
+	a.fleet.deps.Schedulers.Detach(a.target(model))
 }
 
 func (a *backendActor) onRegistered(m registered) {
@@ -130,10 +136,10 @@ func (a *backendActor) onRegistered(m registered) {
 		hb = a.fleet.deps.DefaultHeartbeat
 	}
 	a.lastSeen, a.deadline = m.at, m.at.Add(max(missedHeartbeats*hb, a.fleet.deps.MinExpiry))
-	for name := range a.models {
+	for name, mv := range a.models {
 		if _, ok := m.reg.Models[name]; !ok {
 			delete(a.models, name)
-			a.sendRemoved(name)
+			a.drop(name, mv)
 		}
 	}
 	for name := range m.reg.Models {
@@ -148,7 +154,7 @@ func (a *backendActor) onRegistered(m registered) {
 		if ok {
 			next = reg.Registered(&control.LoadReport{Generation: mv.generation, Build: mv.build, DispatchSeq: mv.view.SeqEcho, Load: mv.view.Load})
 		} else {
-			mv = &modelView{}
+			mv = &modelView{scheduler: a.fleet.deps.Schedulers.Attach(a.target(name))}
 			a.models[name] = mv
 		}
 		mv.status, mv.generation, mv.build, mv.stats = rm.Status, next.Generation, next.Build, rm.Stats
@@ -178,9 +184,6 @@ func (a *backendActor) notify(model string, mv *modelView) {
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
 	v.Active = mv.status == control.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
-	if mv.scheduler == nil {
-		mv.scheduler = a.fleet.deps.Schedulers.Ensure(a.target(model))
-	}
 	a.fleet.deps.System.Root.Send(mv.scheduler, dispatch.NewBackendChanged(&v))
 }
 

@@ -31,7 +31,9 @@ type Deps struct {
 	Now    func() time.Time
 	Logger *slog.Logger
 	System *actor.ActorSystem
-	// Schedulers maps routing targets to scheduler actors.
+	// Schedulers maps routing targets to scheduler actors. A backend attaches to the
+	// target of each model it lists and detaches when it stops listing it, expires or
+	// deregisters; a target left without backends is collected (see dispatch.Directory).
 	Schedulers *dispatch.Directory
 	// NewClient builds the data-path client of a backend URL.
 	NewClient func(u *url.URL) *fasthttp.HostClient
