@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,26 +26,36 @@ import (
 
 var errNoSyscallConn = errors.New("the connection has no socket")
 
-// clientListener wraps accepted connections in *clientConn.
-type clientListener struct{ net.Listener }
+// clientListener wraps accepted connections in *clientConn, inside TLS when tls is set
+// (the handshake runs on the connection's first read, in its serving goroutine).
+type clientListener struct {
+	net.Listener
+	tls *tls.Config
+}
 
 func (l clientListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err //nolint:wrapcheck // the listener's own error, as fasthttp expects
 	}
-	return &clientConn{Conn: relay.Raw(c)}, nil
+	raw := relay.Raw(c)
+	if l.tls != nil {
+		return &clientConn{Conn: tls.Server(raw, l.tls), socket: raw, tls: true}, nil
+	}
+	return &clientConn{Conn: raw, socket: raw}, nil
 }
 
 // clientConn is an accepted client connection and the work its last answer deferred.
 type clientConn struct {
 	net.Conn
-	after afterResponse
+	socket net.Conn // the TCP connection beneath TLS (Conn itself when plain)
+	tls    bool
+	after  afterResponse
 }
 
 // SyscallConn exposes the socket (clientGone peeks it).
 func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
+	sc, ok := c.socket.(syscall.Conn)
 	if !ok {
 		return nil, errNoSyscallConn
 	}

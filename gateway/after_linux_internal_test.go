@@ -11,7 +11,7 @@ import (
 // the wrapper would silently bring back a sysmon wake-up on every read and write.
 func TestClientConnectionsUseRawIO(t *testing.T) {
 	ln, _ := mocktest.Loopback(t)
-	c, err := clientListener{ln}.Accept()
+	c, err := clientListener{Listener: ln}.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,9 @@ func start(t *testing.T, name string, args ...string) *exec.Cmd {
 type fleetE2E struct {
 	t       *testing.T
 	gateway string
+	admin   string // the gateway's admin listener
 	client  *fasthttp.HostClient
+	adminC  *fasthttp.HostClient
 	// pylons and engines map backend ids to their listen addresses (for requests that
 	// bypass the gateway and for the engines' /test-control).
 	pylons, engines map[string]string
@@ -99,8 +101,8 @@ func startFleet(t *testing.T, lbConfig string, backends ...backendSpec) *fleetE2
 
 func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *fleetE2E {
 	t.Helper()
-	gw := mocktest.FreeAddr(t)
-	args := []string{"--http-listen-addr", gw, "--health-probe-interval-ms", "200", "--log-level", "debug"}
+	gw, admin := mocktest.FreeAddr(t), mocktest.FreeAddr(t)
+	args := []string{"--http-listen-addr", gw, "--admin-listen-addr", admin, "--health-probe-interval-ms", "200", "--log-level", "debug"}
 	if lbConfig != "" {
 		p := filepath.Join(t.TempDir(), "lb-config.json")
 		if err := os.WriteFile(p, []byte(lbConfig), 0o600); err != nil {
@@ -109,14 +111,16 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 		args = append(args, "--lb-config-path", p)
 	}
 	start(t, "gateway", args...)
-	f := &fleetE2E{t: t, gateway: gw, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{}}
+	f := &fleetE2E{
+		t: t, gateway: gw, admin: admin, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, adminC: &fasthttp.HostClient{Addr: admin},
+		pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{}}
 	for _, b := range backends {
 		eng, pyl := mocktest.FreeAddr(t), mocktest.FreeAddr(t)
 		f.engines[b.id], f.pylons[b.id] = eng, pyl
 		start(t, "engine", append([]string{"--http-listen-addr", eng}, b.engineArgs...)...)
 		pargs := []string{
-			"--http-listen-addr", pyl, "--upstream-http-base-url", "http://" + eng, "--model-name", "dummy-model",
-			"--gateway", "http://" + gw, "--inference-server-id", b.id, "--initial-input-tps", strconv.Itoa(b.inputTPS),
+			"--http-listen-addr", pyl, "--admin-listen-addr", mocktest.FreeAddr(t), "--upstream-http-base-url", "http://" + eng, "--model-name", "dummy-model",
+			"--gateway", "http://" + admin, "--inference-server-id", b.id, "--initial-input-tps", strconv.Itoa(b.inputTPS),
 			"--min-update-interval-ms", "200", "--log-level", "warn",
 		}
 		if b.cluster != "" {
@@ -125,6 +129,7 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 		f.pylonProcs[b.id] = start(t, "pylon", append(pargs, b.pylonArgs...)...)
 	}
 	t.Cleanup(f.client.CloseIdleConnections)
+	t.Cleanup(f.adminC.CloseIdleConnections)
 	f.waitRoutable(len(backends))
 	return f
 }
@@ -213,12 +218,16 @@ func (f *fleetE2E) do(method, path string, body []byte, headers map[string]strin
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
-	req.SetRequestURI("http://" + f.gateway + path)
+	addr, c := f.gateway, f.client
+	if adminPath(path) {
+		addr, c = f.admin, f.adminC
+	}
+	req.SetRequestURI("http://" + addr + path)
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
 	req.SetBody(body)
-	if err := f.client.DoTimeout(req, resp, 20*time.Second); err != nil {
+	if err := c.DoTimeout(req, resp, 20*time.Second); err != nil {
 		return 0, err.Error(), nil
 	}
 	h := map[string]string{}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -16,14 +15,11 @@ import (
 	"github.com/switchyard/switchyard/gateway/fleet"
 )
 
-// handle is the server's only handler: it dispatches by path and recovers panics.
+// handle is the public listener's handler: the OpenAI API, /v1/models, /healthz and
+// /readyz (and /metrics with PublicMetrics). Nothing reachable here changes routing: the
+// control endpoint, debug state and profiles live on the admin listener (handleAdmin).
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
-	defer func() {
-		if r := recover(); r != nil {
-			g.log.Error("handler panic", "panic", fmt.Sprint(r), "path", string(ctx.Path()))
-			writeError(ctx, fmt.Errorf("panic: %v", r))
-		}
-	}()
+	defer g.recoverPanic(ctx)
 	p := ctx.Path()
 	if string(p) == "/v1/chat/completions" || string(p) == "/v1/completions" || string(p) == "/v1/responses" || string(p) == "/v1/embeddings" {
 		if !ctx.IsPost() {
@@ -33,45 +29,82 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		g.handleInference(ctx)
 		return
 	}
-	path := string(p)
+	switch path := string(p); {
+	case path == "/v1/models":
+		g.handleModels(ctx)
+	case path == "/healthz", path == "/readyz":
+		g.handleHealth(ctx, path)
+	case path == "/metrics" && g.cfg.PublicMetrics:
+		g.handleMetrics(ctx)
+	default:
+		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, quoteClient(path)))
+	}
+}
+
+// handleAdmin is the admin listener's handler: the control endpoint pylons register on,
+// /metrics, /debug/state and the profiles. With a control token configured every path but
+// /healthz and /readyz needs it (/metrics not with MetricsNoAuth).
+func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
+	defer g.recoverPanic(ctx)
+	path := string(ctx.Path())
+	if path == "/healthz" || path == "/readyz" {
+		g.handleHealth(ctx, path)
+		return
+	}
+	if !(path == "/metrics" && g.cfg.MetricsNoAuth) && !g.token.Check(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
+		g.metrics.inc(mAdminUnauthorized)
+		if strings.HasPrefix(path, control.RegistrationPath) {
+			g.metrics.inc(mRegistrations, "result", "unauthorized")
+		}
+		writeError(ctx, fmt.Errorf("%w: a valid bearer token is required (Authorization: Bearer <control token>)", ErrUnauthorized))
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="switchyard-admin"`)
+		return
+	}
 	switch {
 	case strings.HasPrefix(path, control.RegistrationPath):
 		g.handleControl(ctx, strings.TrimPrefix(path, control.RegistrationPath))
-	case path == "/v1/models":
-		g.handleModels(ctx)
-	case path == "/healthz":
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case path == "/readyz":
-		ctx.SetContentType("application/json")
-		if g.draining.Load() {
-			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-			ctx.SetBodyString(`{"status":"draining"}`)
-			return
-		}
-		ctx.SetBodyString(`{"status":"ready"}`)
 	case path == "/metrics":
-		ctx.SetContentType("text/plain; version=0.0.4")
-		g.metrics.write(ctx)
-		g.writeFleetMetrics(ctx)
-		metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
-		metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
+		g.handleMetrics(ctx)
 	case path == "/debug/state":
 		g.handleDebugState(ctx)
 	case g.cfg.EnablePprof && strings.HasPrefix(path, "/debug/pprof/"):
 		pprofhandler.PprofHandler(ctx)
 	default:
-		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, path))
+		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, quoteClient(path)))
 	}
+}
+
+func (g *Gateway) recoverPanic(ctx *fasthttp.RequestCtx) {
+	if r := recover(); r != nil {
+		g.log.Error("handler_panic", "panic", fmt.Sprint(r), "path", quoteClient(string(ctx.Path())))
+		writeError(ctx, fmt.Errorf("panic: %v", r))
+	}
+}
+
+func (g *Gateway) handleHealth(ctx *fasthttp.RequestCtx, path string) {
+	ctx.SetContentType("application/json")
+	if path == "/healthz" {
+		ctx.SetBodyString(`{"status":"ok"}`)
+		return
+	}
+	if g.draining.Load() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(`{"status":"draining"}`)
+		return
+	}
+	ctx.SetBodyString(`{"status":"ready"}`)
+}
+
+func (g *Gateway) handleMetrics(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/plain; version=0.0.4")
+	g.metrics.write(ctx)
+	g.writeFleetMetrics(ctx)
+	metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
+	metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
 }
 
 // handleControl serves PUT/DELETE /control/v1/backends/{id}.
 func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
-	if !g.authorized(ctx) {
-		g.metrics.inc(mRegistrations, "result", "unauthorized")
-		writeError(ctx, fmt.Errorf("%w: a valid bearer token is required", ErrUnauthorized))
-		return
-	}
 	if id == "" || strings.Contains(id, "/") {
 		writeError(ctx, fmt.Errorf("%w: backend id missing in the path", ErrNotFound))
 		return
@@ -95,22 +128,13 @@ func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 		ctx.SetBody(b)
 	case ctx.IsDelete():
 		if !g.fleet.Deregister(id) {
-			writeError(ctx, fmt.Errorf("%w: backend %s is not registered", ErrNotFound, id))
+			writeError(ctx, fmt.Errorf("%w: backend %s is not registered", ErrNotFound, quoteClient(id)))
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	default:
 		writeError(ctx, fmt.Errorf("%w: use PUT or DELETE", ErrMethod))
 	}
-}
-
-func (g *Gateway) authorized(ctx *fasthttp.RequestCtx) bool {
-	if g.cfg.ControlToken == "" {
-		return true
-	}
-	got := ctx.Request.Header.Peek("Authorization")
-	want := "Bearer " + g.cfg.ControlToken
-	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
 }
 
 type modelList struct {

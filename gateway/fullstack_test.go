@@ -32,7 +32,7 @@ func (f *fullStack) dial(addr string) (net.Conn, error) {
 		host = addr
 	}
 	if host == "gateway" {
-		return f.h.gwLn.Dial()
+		return f.h.adminLn.Dial() // pylons register on the admin listener
 	}
 	return f.h.dial(host + ":80")
 }

@@ -7,6 +7,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,12 +28,16 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/secret"
+	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Defaults of Config (a zero field means the default).
 const (
 	DefaultListenAddr          = "127.0.0.1:8000"
+	DefaultAdminListenAddr     = "127.0.0.1:8001"
+	DefaultMaxAdminBodyBytes   = 1 << 20
 	DefaultMaxConnectRetries   = 2
 	DefaultMaxRequestRetries   = 2
 	DefaultMaxReplayBodyBytes  = 64 << 20
@@ -48,7 +55,31 @@ const (
 // Config is the gateway's configuration. Zero fields take the defaults above; negative
 // retry counts mean "no retries" only when set through NoRetries.
 type Config struct {
+	// ListenAddr is the public listener: the OpenAI API, /healthz and /readyz only.
 	ListenAddr string
+	// AdminListenAddr is the admin listener: the control endpoint pylons register on,
+	// /metrics, /debug/state and pprof.
+	AdminListenAddr string
+	// ControlToken (or ControlTokenFile, re-read on change) is the bearer token every admin
+	// request must present; with neither, the admin listener must be on a loopback address
+	// unless InsecureNoControlAuth.
+	ControlToken          string
+	ControlTokenFile      string
+	InsecureNoControlAuth bool
+	// MetricsNoAuth serves the admin /metrics without the token; PublicMetrics also serves
+	// /metrics on the public listener.
+	MetricsNoAuth bool
+	PublicMetrics bool
+	// MaxAdminBodyBytes bounds a registration body (0 = DefaultMaxAdminBodyBytes).
+	MaxAdminBodyBytes int
+	// TLS, when its certificate is set, serves both listeners over TLS (the pair re-read on
+	// change); AdminClientCAFile then requires pylons to present a client certificate
+	// signed by that CA on the admin listener.
+	TLS               tlsx.ServerOptions
+	AdminClientCAFile string
+	// UpstreamTLS verifies pylons registered with an https URL (and presents a client
+	// certificate to them when one is set).
+	UpstreamTLS tlsx.ClientOptions
 	// GatewayID names this replica to pylons (dispatch sequences); default random.
 	GatewayID              string
 	LBConfigPath           string
@@ -63,7 +94,6 @@ type Config struct {
 	Heartbeat              time.Duration
 	// MinExpiry: a backend expires after 3 missed heartbeats, but never sooner than this.
 	MinExpiry     time.Duration
-	ControlToken  string
 	MetricsPrefix string
 	DrainTimeout  time.Duration
 	// ShutdownDelay keeps serving (with /readyz answering 503) this long after a shutdown
@@ -88,6 +118,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.ListenAddr == "" {
 		out.ListenAddr = DefaultListenAddr
+	}
+	if out.AdminListenAddr == "" {
+		out.AdminListenAddr = DefaultAdminListenAddr
+	}
+	if out.MaxAdminBodyBytes == 0 {
+		out.MaxAdminBodyBytes = DefaultMaxAdminBodyBytes
 	}
 	if out.MaxConnectRetries == 0 {
 		out.MaxConnectRetries = DefaultMaxConnectRetries
@@ -135,10 +171,33 @@ func (c *Config) Validate() error {
 	if c.HealthProbeInterval < 0 {
 		errs = append(errs, fmt.Errorf("health-probe-interval %v must be > 0", c.HealthProbeInterval))
 	}
+	admin := c.AdminListenAddr
+	if admin == "" {
+		admin = DefaultAdminListenAddr
+	}
+	if c.ControlToken == "" && c.ControlTokenFile == "" && !c.InsecureNoControlAuth && !IsLoopback(admin) {
+		errs = append(errs, fmt.Errorf("the admin listener %s is not on a loopback address and no control token is configured: "+
+			"anyone who reaches it could register backends and take over traffic; set --control-token-file (or --control-token), "+
+			"or pass --insecure-no-control-auth to run it without authentication", admin))
+	}
 	if c.MetricsPrefix != "" && !validMetricPrefix(c.MetricsPrefix) {
 		errs = append(errs, fmt.Errorf("metrics-prefix %q must match [a-zA-Z_][a-zA-Z0-9_]*", c.MetricsPrefix))
 	}
 	return errors.Join(errs...)
+}
+
+// IsLoopback reports whether a listen address binds only loopback interfaces (127.0.0.0/8,
+// ::1 or "localhost"); an empty host binds every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 func validMetricPrefix(p string) bool {
@@ -174,7 +233,13 @@ type Gateway struct {
 	lastResolved         atomic.Pointer[resolved]
 	lbMtime              time.Time
 	metrics              *gatewayMetrics
-	server               *fasthttp.Server
+	server               *fasthttp.Server // public listener
+	admin                *fasthttp.Server // admin listener
+	token                *secret.Token
+	serverTLS            *tls.Config // both listeners; nil = plain
+	adminTLS             *tls.Config // serverTLS plus the client-certificate check, if any
+	upstreamTLS          *tls.Config
+	listeners            listenerSet
 	draining             atomic.Bool
 	idSeq                atomic.Uint64
 	idPrefix             string
@@ -194,6 +259,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, deps: deps, log: deps.Logger.With("component", "gateway"), metrics: newMetrics(cfg.MetricsPrefix)}
 	g.idPrefix = cfg.GatewayID + "-"
+	if err := g.setUpSecurity(); err != nil {
+		return nil, err
+	}
 	lc := lbconfig.Default()
 	if cfg.LBConfigPath != "" {
 		c, err := lbconfig.Load(cfg.LBConfigPath)
@@ -231,7 +299,59 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		CloseOnShutdown:       true,
 		Logger:                slogPrinter{g.log},
 	}
+	g.admin = &fasthttp.Server{
+		Handler:               g.handleAdmin,
+		Name:                  "switchyard-gateway-admin",
+		MaxRequestBodySize:    cfg.MaxAdminBodyBytes,
+		NoDefaultServerHeader: true,
+		ErrorHandler:          g.serverError,
+		CloseOnShutdown:       true,
+		ReadTimeout:           adminReadTimeout,
+		IdleTimeout:           adminIdleTimeout,
+		Logger:                slogPrinter{g.log},
+	}
 	return g, nil
+}
+
+// The admin listener's connection timeouts: a registration is one small request a
+// second; a CPU profile may take its requested seconds to write, so no write timeout.
+const (
+	adminReadTimeout = 10 * time.Second
+	adminIdleTimeout = time.Minute
+)
+
+// setUpSecurity loads the control token and the TLS configurations (failing fast on
+// unreadable files).
+func (g *Gateway) setUpSecurity() error {
+	cfg := &g.cfg
+	tok, err := secret.NewToken(cfg.ControlToken, cfg.ControlTokenFile, g.log)
+	if err != nil {
+		return err
+	}
+	g.token = tok
+	if !tok.Configured() {
+		if IsLoopback(cfg.AdminListenAddr) {
+			g.log.Info("admin_listener_without_token", "addr", cfg.AdminListenAddr, "detail", "development mode: any local process can register backends")
+		} else {
+			g.log.Warn("admin_listener_insecure", "addr", cfg.AdminListenAddr, "detail", "--insecure-no-control-auth: anyone who reaches this address can register backends")
+		}
+	}
+	if g.serverTLS, err = tlsx.ServerConfig(cfg.TLS, g.log); err != nil {
+		return err
+	}
+	g.adminTLS = g.serverTLS
+	if cfg.AdminClientCAFile != "" {
+		if g.serverTLS == nil {
+			return errors.New("--admin-tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+		}
+		o := cfg.TLS
+		o.ClientCAFile = cfg.AdminClientCAFile
+		if g.adminTLS, err = tlsx.ServerConfig(o, g.log); err != nil {
+			return err
+		}
+	}
+	g.upstreamTLS, err = tlsx.ClientConfig(cfg.UpstreamTLS, g.log)
+	return err
 }
 
 type slogPrinter struct{ l *slog.Logger }
@@ -248,6 +368,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:                          u.Host,
 		IsTLS:                         u.Scheme == "https",
+		TLSConfig:                     g.upstreamTLS,
 		Name:                          "switchyard-gateway",
 		NoDefaultUserAgentHeader:      true,
 		MaxConns:                      8192,
@@ -262,8 +383,24 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 	}
 }
 
-// Serve serves on ln until Shutdown.
-func (g *Gateway) Serve(ln net.Listener) error { return g.server.Serve(clientListener{ln}) }
+// Serve serves the public listener on ln until Shutdown (over TLS when configured).
+func (g *Gateway) Serve(ln net.Listener) error {
+	if !g.listeners.add(ln) {
+		return nil
+	}
+	return g.server.Serve(clientListener{Listener: ln, tls: g.serverTLS})
+}
+
+// ServeAdmin serves the admin listener on ln until Shutdown (over TLS when configured).
+func (g *Gateway) ServeAdmin(ln net.Listener) error {
+	if !g.listeners.add(ln) {
+		return nil
+	}
+	if g.adminTLS != nil {
+		ln = tls.NewListener(relay.RawListener{Listener: ln}, g.adminTLS)
+	}
+	return g.admin.Serve(ln)
+}
 
 // Run listens on the configured address and serves until ctx is done, then shuts down
 // gracefully: /readyz turns 503, in-flight requests and streams drain up to DrainTimeout.
@@ -272,9 +409,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", g.cfg.ListenAddr, err)
 	}
-	g.log.Info("gateway listening", "addr", ln.Addr().String(), "gateway_id", g.cfg.GatewayID)
-	errc := make(chan error, 1)
+	aln, err := net.Listen("tcp", g.cfg.AdminListenAddr)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("listen %s (--admin-listen-addr): %w", g.cfg.AdminListenAddr, err)
+	}
+	g.log.Info("gateway_listening", "addr", ln.Addr().String(), "admin_addr", aln.Addr().String(),
+		"tls", g.serverTLS != nil, "control_auth", g.token.Configured(), "gateway_id", g.cfg.GatewayID)
+	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(ln) }()
+	go func() { errc <- g.ServeAdmin(aln) }()
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	defer stopReload()
 	if g.cfg.LBConfigPath != "" {
@@ -282,12 +426,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	select {
 	case err := <-errc:
+		_ = g.server.Shutdown()
+		_ = g.admin.Shutdown()
+		g.listeners.close()
+		<-errc
 		g.Close()
 		return err
 	case <-ctx.Done():
 	}
 	g.Shutdown()
-	return <-errc
+	return errors.Join(<-errc, <-errc)
 }
 
 // Shutdown drains: readiness off, stop accepting, wait for in-flight requests up to
@@ -300,6 +448,8 @@ func (g *Gateway) Shutdown() {
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
 	defer cancel()
 	_ = g.server.ShutdownWithContext(sctx)
+	_ = g.admin.ShutdownWithContext(sctx)
+	g.listeners.close()
 	g.Close()
 }
 
@@ -310,6 +460,35 @@ func (g *Gateway) Close() {
 	g.sys.Shutdown()
 	close(g.stopWatch)
 	<-g.watchDone
+}
+
+// listenerSet closes the listeners handed to Serve and ServeAdmin at shutdown, so a Serve
+// that started after the servers' shutdown (which only closes the listeners it has seen)
+// still returns, and refuses listeners handed over once it has closed.
+type listenerSet struct {
+	mu     sync.Mutex
+	closed bool
+	lns    []net.Listener
+}
+
+func (s *listenerSet) add(ln net.Listener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = ln.Close()
+		return false
+	}
+	s.lns = append(s.lns, ln)
+	return true
+}
+
+func (s *listenerSet) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, ln := range s.lns {
+		_ = ln.Close()
+	}
 }
 
 // Reload re-reads the lb-config file; an invalid file keeps the current configuration.

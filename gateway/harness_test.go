@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -26,7 +27,9 @@ type harness struct {
 	t       *testing.T
 	g       *gateway.Gateway
 	gwLn    *fasthttputil.InmemoryListener
+	adminLn *fasthttputil.InmemoryListener
 	client  *fasthttp.HostClient
+	admin   *fasthttp.HostClient // the admin listener: control, /metrics, /debug
 	mu      sync.Mutex
 	lns     map[string]*fasthttputil.InmemoryListener
 	servers []*fasthttp.Server
@@ -35,7 +38,7 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg gateway.Config, lbConfig string) *harness {
 	t.Helper()
-	h := &harness{t: t, lns: map[string]*fasthttputil.InmemoryListener{}, gwLn: fasthttputil.NewInmemoryListener()}
+	h := &harness{t: t, lns: map[string]*fasthttputil.InmemoryListener{}, gwLn: fasthttputil.NewInmemoryListener(), adminLn: fasthttputil.NewInmemoryListener()}
 	if lbConfig != "" {
 		cfg.LBConfigPath = filepath.Join(t.TempDir(), "lb-config.json")
 		if err := os.WriteFile(cfg.LBConfigPath, []byte(lbConfig), 0o600); err != nil {
@@ -48,12 +51,17 @@ func newHarness(t *testing.T, cfg gateway.Config, lbConfig string) *harness {
 		t.Fatalf("gateway.New: %v", err)
 	}
 	h.g = g
-	h.done.Add(1)
+	h.done.Add(2)
 	go func() {
 		defer h.done.Done()
 		_ = g.Serve(h.gwLn)
 	}()
+	go func() {
+		defer h.done.Done()
+		_ = g.ServeAdmin(h.adminLn)
+	}()
 	h.client = &fasthttp.HostClient{Addr: "gateway", Dial: func(string) (net.Conn, error) { return h.gwLn.Dial() }}
+	h.admin = &fasthttp.HostClient{Addr: "gateway-admin", Dial: func(string) (net.Conn, error) { return h.adminLn.Dial() }}
 	t.Cleanup(h.close)
 	return h
 }
@@ -70,6 +78,7 @@ func (h *harness) dial(addr string) (net.Conn, error) {
 
 func (h *harness) close() {
 	h.client.CloseIdleConnections()
+	h.admin.CloseIdleConnections()
 	h.g.Shutdown()
 	for _, s := range h.servers {
 		_ = s.Shutdown()
@@ -171,7 +180,11 @@ func (h *harness) do(method, path string, body []byte, headers map[string]string
 		req.Header.Set(k, v)
 	}
 	req.SetBody(body)
-	if err := h.client.Do(req, resp); err != nil {
+	c := h.client
+	if adminPath(path) {
+		c = h.admin
+	}
+	if err := c.Do(req, resp); err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	out := response{status: resp.StatusCode(), body: string(resp.Body()), headers: map[string]string{}}
@@ -179,6 +192,11 @@ func (h *harness) do(method, path string, body []byte, headers map[string]string
 		out.headers[string(k)] = string(v)
 	}
 	return out
+}
+
+// adminPath tells the paths the admin listener serves (the tests' requests for them go there).
+func adminPath(path string) bool {
+	return strings.HasPrefix(path, "/control/") || strings.HasPrefix(path, "/debug/") || strings.HasPrefix(path, "/metrics")
 }
 
 func (h *harness) chat(headers map[string]string) response {

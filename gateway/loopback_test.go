@@ -26,7 +26,9 @@ type loopback struct {
 	t      *testing.T
 	g      *gateway.Gateway
 	addr   string
+	admin  string // the admin listener's address
 	client *fasthttp.HostClient
+	adminC *fasthttp.HostClient
 	done   chan struct{}
 }
 
@@ -39,19 +41,31 @@ func startLoopback(t *testing.T, cfg gateway.Config) *loopback {
 	if err != nil {
 		t.Fatal(err)
 	}
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.GatewayID = "gw-loop"
 	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &loopback{t: t, g: g, addr: ln.Addr().String(), done: make(chan struct{})}
+	l := &loopback{t: t, g: g, addr: ln.Addr().String(), admin: aln.Addr().String(), done: make(chan struct{})}
 	l.client = &fasthttp.HostClient{Addr: l.addr}
+	l.adminC = &fasthttp.HostClient{Addr: l.admin}
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		_ = g.ServeAdmin(aln)
+	}()
 	go func() {
 		defer close(l.done)
 		_ = g.Serve(ln)
+		<-adminDone
 	}()
 	t.Cleanup(func() {
 		l.client.CloseIdleConnections()
+		l.adminC.CloseIdleConnections()
 		g.Shutdown()
 		<-l.done
 	})
@@ -106,9 +120,13 @@ func (l *loopback) request(method, path string, body []byte) (int, string) {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
-	req.SetRequestURI("http://" + l.addr + path)
+	addr, c := l.addr, l.client
+	if adminPath(path) {
+		addr, c = l.admin, l.adminC
+	}
+	req.SetRequestURI("http://" + addr + path)
 	req.SetBody(body)
-	if err := l.client.DoTimeout(req, resp, 5*time.Second); err != nil {
+	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
 		l.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	return resp.StatusCode(), string(resp.Body())

@@ -36,6 +36,8 @@ const (
 	mClientCancelled  = "client_cancelled_total"
 	mBackendsExpired  = "backends_expired_total"
 	mInflightRequests = "inflight_requests"
+	// mAdminUnauthorized counts admin-listener requests refused for a missing or wrong token.
+	mAdminUnauthorized = "admin_unauthorized_total"
 )
 
 var (

@@ -27,6 +27,7 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy
 var internalRequest = []string{
 	control.HeaderRoutingMethod, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs,
 	control.HeaderExpectedQueueMs, control.HeaderErrorCode, control.HeaderDispatchSeq, control.HeaderPylonLoad,
+	control.HeaderUpstreamRetryable, control.HeaderClusterID, control.HeaderInferenceServerID, control.HeaderInferenceServerURL,
 }
 
 // internalResponse are pylon headers the gateway strips before the client.
@@ -283,6 +284,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	seq := append(append(num[:0], g.cfg.GatewayID...), '/')
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
+	ctx.Request.URI().SetScheme(schemeOf(b.Client)) // the client's own scheme is not the pylon's
 	ctx.Response.Reset()
 	ctx.Response.StreamBody = rt.mayStream
 	start := g.deps.Now()
@@ -458,8 +460,10 @@ func (g *Gateway) await(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pe
 	}
 }
 
-// clientGone peeks the client socket without consuming bytes (LIBRARIES.md §2.5): EOF or
-// an error other than "would block" means the client closed the connection.
+// clientGone peeks the client socket without consuming bytes: EOF or an error other than
+// "would block" means the client closed the connection. Beneath TLS a closing client
+// usually sends a close_notify alert first: a pending alert record (type 21) counts as gone
+// too (a client still waiting for its answer sends no alert).
 func clientGone(ctx *fasthttp.RequestCtx) bool {
 	sc, ok := ctx.Conn().(syscall.Conn)
 	if !ok {
@@ -469,14 +473,29 @@ func clientGone(ctx *fasthttp.RequestCtx) bool {
 	if err != nil {
 		return false
 	}
+	cc, _ := ctx.Conn().(*clientConn)
+	overTLS := cc != nil && cc.tls
 	gone := false
 	var b [1]byte
 	_ = rc.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		gone = (n == 0 && err == nil) || (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK))
+		gone = (n == 0 && err == nil) || (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK)) ||
+			(overTLS && n == 1 && b[0] == tlsAlertRecord)
 		return true
 	})
 	return gone
+}
+
+// tlsAlertRecord is the content type of a TLS alert record (close_notify among them).
+const tlsAlertRecord = 21
+
+// schemeOf is the URL scheme of a pylon's pool (fasthttp refuses a request whose scheme
+// differs from its pool's).
+func schemeOf(c *fasthttp.HostClient) string {
+	if c.IsTLS {
+		return "https"
+	}
+	return "http"
 }
 
 // probe measures one RTT: GET /health through the backend's data pool (REFERENCE.md §4.2).
@@ -487,6 +506,7 @@ func (g *Gateway) probe(ctx context.Context, c *fasthttp.HostClient, backendID s
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI(control.HealthPath)
 	req.SetHost(c.Addr)
+	req.URI().SetScheme(schemeOf(c))
 	req.Header.Set(control.HeaderRequestID, "stargate-health-"+backendID)
 	req.Header.Set(control.HeaderModel, control.HealthProbeModel)
 	req.Header.Set(control.HeaderInputTokens, "0")

@@ -6,8 +6,10 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/calibrate"
 	"github.com/switchyard/switchyard/pylon/engine"
@@ -45,13 +47,17 @@ const (
 
 // Config configures one pylon. Start from DefaultConfig.
 type Config struct {
-	ListenAddr      string   // data path and /metrics (default 127.0.0.1:8100)
+	ListenAddr string // data path: relayed requests and the gateways' /health probe (default 127.0.0.1:8100)
+	// AdminListenAddr serves /metrics, /healthz and /readyz; "" = no admin listener (the
+	// command line's default is 127.0.0.1:8101).
+	AdminListenAddr string
 	UpstreamBaseURL string   // engine base URL (required)
 	ModelNames      []string // served models; empty = discover from GET /v1/models
 	Gateways        []string // gateway base URLs to register with
-	// GatewayDNS is host:port of a DNS name whose A/AAAA records are gateway replicas (a
-	// Kubernetes headless Service): re-resolved every GatewayDNSInterval, the pylon
-	// registers with each address (http://ip:port) and deregisters from vanished ones.
+	// GatewayDNS is host:port (or https://host:port) of a DNS name whose A/AAAA records are
+	// gateway replicas' admin listeners (a Kubernetes headless Service): re-resolved every
+	// GatewayDNSInterval, the pylon registers with each address (http://ip:port, or https
+	// with that prefix) and deregisters from vanished ones.
 	GatewayDNS         string
 	GatewayDNSInterval time.Duration
 	// Canaries (REFERENCE.md §4.7): every CanaryInterval (0 = off) a tiny completion
@@ -106,7 +112,17 @@ type Config struct {
 	// (REFERENCE.md §4.6 item 5; off by default: DESIGN.md makes streaming optional).
 	RequireStreaming bool
 
-	ControlToken          string
+	// ControlToken or ControlTokenFile (re-read on change) is the bearer token presented to
+	// the gateways' control endpoint.
+	ControlToken     string
+	ControlTokenFile string
+	// TLS serves the data and admin listeners over TLS when its certificate is set; its
+	// ClientCAFile makes the data listener require gateways' client certificates (mutual
+	// TLS). ClientTLS verifies https gateways (registration) and an https engine, and
+	// presents a client certificate to them when one is set.
+	TLS       tlsx.ServerOptions
+	ClientTLS tlsx.ClientOptions
+
 	MetricsPrefix         string // pylon_
 	DiscoveryPollInterval time.Duration
 	// DrainTimeout bounds a shutdown's wait for in-flight requests; past it their engine
@@ -143,8 +159,8 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
 	}
-	if u, err := url.Parse(c.UpstreamBaseURL); c.UpstreamBaseURL == "" || err != nil || u.Scheme != "http" || u.Host == "" {
-		bad("upstream-http-base-url %q must be an http://host:port URL", c.UpstreamBaseURL)
+	if u, err := url.Parse(c.UpstreamBaseURL); c.UpstreamBaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("upstream-http-base-url %q must be an http(s)://host:port URL", c.UpstreamBaseURL)
 	}
 	for _, g := range c.Gateways {
 		if u, err := url.Parse(g); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -155,8 +171,8 @@ func (c *Config) Validate() error {
 		bad("active-canary-interval-ms must be >= 0, and with canaries bringup-canary-timeout-ms and canary-max-generation-threshold > 0")
 	}
 	if c.GatewayDNS != "" {
-		if host, port, err := net.SplitHostPort(c.GatewayDNS); err != nil || host == "" || port == "" {
-			bad("gateway-dns %q must be host:port", c.GatewayDNS)
+		if _, host, port, err := splitGatewayDNS(c.GatewayDNS); err != nil || host == "" || port == "" {
+			bad("gateway-dns %q must be host:port, http://host:port or https://host:port", c.GatewayDNS)
 		}
 		if c.GatewayDNSInterval <= 0 {
 			bad("gateway-dns-interval-ms must be > 0")
@@ -164,6 +180,14 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		bad("http-listen-addr %q: %v", c.ListenAddr, err)
+	}
+	if c.AdminListenAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListenAddr); err != nil {
+			bad("admin-listen-addr %q: %v", c.AdminListenAddr, err)
+		}
+	}
+	if c.ControlToken != "" && c.ControlTokenFile != "" {
+		bad("control-token and control-token-file are mutually exclusive")
 	}
 	seen := map[string]bool{}
 	for _, m := range c.ModelNames {
@@ -231,4 +255,17 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// splitGatewayDNS splits GatewayDNS into scheme (http unless given), host and port.
+func splitGatewayDNS(v string) (scheme, host, port string, err error) {
+	scheme = "http"
+	switch {
+	case strings.HasPrefix(v, "https://"):
+		scheme, v = "https", strings.TrimPrefix(v, "https://")
+	case strings.HasPrefix(v, "http://"):
+		v = strings.TrimPrefix(v, "http://")
+	}
+	host, port, err = net.SplitHostPort(strings.TrimSuffix(v, "/"))
+	return scheme, host, port, err //nolint:wrapcheck // the caller names the flag
 }

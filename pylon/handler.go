@@ -25,26 +25,42 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 			internalError().write(ctx)
 		}
 	}()
-	if ctx.IsGet() {
-		switch string(ctx.Path()) {
-		case "/metrics":
-			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-			p.metrics.set.WritePrometheus(ctx)
-			metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
-			metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
-			return
-		case control.HealthPath:
-			p.health(ctx)
-			return
-		}
+	if ctx.IsGet() && string(ctx.Path()) == control.HealthPath {
+		p.health(ctx)
+		return
 	}
 	p.proxy(ctx)
+}
+
+// serveAdmin is the admin listener's handler: /metrics, /healthz (the process runs) and
+// /readyz (not draining).
+func (p *Pylon) serveAdmin(ctx *fasthttp.RequestCtx) {
+	switch string(ctx.Path()) {
+	case "/metrics":
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		p.metrics.set.WritePrometheus(ctx)
+		metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
+		metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
+	case "/healthz":
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case "/readyz":
+		ctx.SetContentType("application/json")
+		if p.draining.Load() {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString(`{"status":"draining"}`)
+			return
+		}
+		ctx.SetBodyString(`{"status":"ready"}`)
+	default:
+		newProblem(fasthttp.StatusNotFound, "no such path on the admin listener").write(ctx)
+	}
 }
 
 func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx, strip headerSet) {
 	strip.stripRequest(&ctx.Request.Header)
 	ctx.Request.SetHost(p.upstreamHost)
-	ctx.Request.URI().SetScheme("http")
+	ctx.Request.URI().SetScheme(p.upstreamScheme)
 }
 
 // health forwards GET /health to the engine without bookkeeping (the gateway's RTT probe).
@@ -152,7 +168,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	hasPriority := len(dh.priority) > 0
 	toEngine.deleteMask(h, dh.strip)
 	ctx.Request.SetHost(p.upstreamHost)
-	ctx.Request.URI().SetScheme("http")
+	ctx.Request.URI().SetScheme(p.upstreamScheme)
 	if p.cfg.UpstreamBackend == BackendDynamo {
 		var ep uint32
 		if hasPriority && priority < p.cfg.PriorityCeiling {

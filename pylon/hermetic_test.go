@@ -28,6 +28,7 @@ type hermetic struct {
 	servers []*fasthttp.Server
 	engine  *mock.Engine
 	client  *fasthttp.HostClient // to the pylon
+	admin   *fasthttp.HostClient // to the pylon's admin listener
 	regs    chan received
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -42,7 +43,7 @@ type hermetic struct {
 func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermetic {
 	t.Helper()
 	h := &hermetic{t: t, lns: map[string]*fasthttputil.InmemoryListener{}, regs: make(chan received, 1024)}
-	for _, host := range []string{"engine", "gateway", "pylon"} {
+	for _, host := range []string{"engine", "gateway", "pylon", "pylon-admin"} {
 		h.lns[host] = fasthttputil.NewInmemoryListener()
 	}
 	engineCfg.EnableTestControl = true // canary and calibration tests drive /test-control
@@ -72,7 +73,7 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 
 	cfg.UpstreamBaseURL, cfg.Gateways, cfg.AdvertiseURL = "http://engine", []string{"http://gateway"}, "http://pylon:8100"
 	h.logs = &logRecorder{}
-	p, err := pylon.New(cfg, pylon.Deps{Listener: h.lns["pylon"], Dial: h.dial, Logger: slog.New(h.logs)})
+	p, err := pylon.New(cfg, pylon.Deps{Listener: h.lns["pylon"], AdminListener: h.lns["pylon-admin"], Dial: h.dial, Logger: slog.New(h.logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +86,7 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 		h.runErr = p.Run(ctx)
 	}()
 	h.client = &fasthttp.HostClient{Addr: "pylon", Dial: h.dial}
+	h.admin = &fasthttp.HostClient{Addr: "pylon-admin", Dial: h.dial}
 	return h
 }
 
@@ -105,6 +107,7 @@ func (h *hermetic) dial(addr string) (net.Conn, error) {
 // (a virtual minute). It returns the control requests received during the shutdown.
 func (h *hermetic) close() []received {
 	h.client.CloseIdleConnections()
+	h.admin.CloseIdleConnections()
 	h.cancel()
 	var during []received
 	for {

@@ -124,15 +124,26 @@ func (cs *controlServer) await(t *testing.T, d time.Duration, ok func(received) 
 	}
 }
 
-// startPylon runs a pylon in process until the test ends.
+// startPylon runs a pylon in process until the test ends and returns its data URL.
 func startPylon(t *testing.T, cfg pylon.Config) string {
+	t.Helper()
+	url, _ := startPylonAdmin(t, cfg)
+	return url
+}
+
+// startPylonAdmin is startPylon that also returns the admin listener's URL.
+func startPylonAdmin(t *testing.T, cfg pylon.Config) (data, admin string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.DrainTimeout = time.Second
-	p, err := pylon.New(cfg, pylon.Deps{Listener: ln})
+	p, err := pylon.New(cfg, pylon.Deps{Listener: ln, AdminListener: aln})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +156,7 @@ func startPylon(t *testing.T, cfg pylon.Config) string {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), "http://" + aln.Addr().String()
 }
 
 func modelStats(r received, model string) (control.Stats, bool) {
@@ -213,7 +224,7 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 	cfg := pylon.DefaultConfig()
 	cfg.UpstreamBaseURL, cfg.ModelNames = engineURL, []string{"dummy-model"}
 	cfg.MaxEngineConcurrency, cfg.InitialInputTPS, cfg.PinInputTPS = 2, 1000, true
-	url := startPylon(t, cfg)
+	url, admin := startPylonAdmin(t, cfg)
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
@@ -227,7 +238,7 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 		})
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(scrape(t, url), `pylon_requests_inflight{model="dummy-model"} 2`) {
+	for !strings.Contains(scrape(t, admin), `pylon_requests_inflight{model="dummy-model"} 2`) {
 		if time.Now().After(deadline) {
 			t.Fatal("the two holding requests never became live")
 		}
@@ -266,7 +277,7 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 	fasthttp.ReleaseRequest(req)
 	fasthttp.ReleaseResponse(resp)
 	wg.Wait()
-	m := scrape(t, url)
+	m := scrape(t, admin)
 	if !strings.Contains(m, `result="rejected"} 1`) || !strings.Contains(m, `result="accepted"} 2`) {
 		t.Errorf("decision counters:\n%s", m)
 	}

@@ -8,6 +8,7 @@ package pylon
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,8 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/secret"
+	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon/engine"
 	"github.com/switchyard/switchyard/pylon/register"
 	"github.com/switchyard/switchyard/pylon/relay"
@@ -37,8 +40,10 @@ type Deps struct {
 	Now    func() time.Time
 	// Dial connects to the engine and to gateways (default: TCP).
 	Dial func(addr string) (net.Conn, error)
-	// Listener, when set, is served instead of listening on Config.ListenAddr.
-	Listener net.Listener
+	// Listener, when set, is served instead of listening on Config.ListenAddr;
+	// AdminListener likewise for Config.AdminListenAddr.
+	Listener      net.Listener
+	AdminListener net.Listener
 	// Version is reported in target_info.
 	Version string
 	// LookupHost resolves Config.GatewayDNS (default net.DefaultResolver.LookupHost).
@@ -59,10 +64,18 @@ type Pylon struct {
 	clients      *clientConns // the server's connections
 	control      *fasthttp.Client
 	upstreamHost string
-	fromEngine   headerSet // removed from engine responses (fromEngineSet)
-	replies      *replyPool
-	server       *fasthttp.Server
-	ln           net.Listener
+	// upstreamScheme is the engine's URL scheme: every relayed request gets it (one from a
+	// TLS gateway connection arrives as https).
+	upstreamScheme string
+	fromEngine     headerSet // removed from engine responses (fromEngineSet)
+	replies        *replyPool
+	server         *fasthttp.Server
+	ln             net.Listener
+	admin          *fasthttp.Server // /metrics, /healthz, /readyz
+	adminLn        net.Listener
+	token          *secret.Token
+	serverTLS      *tls.Config // data and admin listeners; nil = plain
+	dataTLS        *tls.Config // serverTLS plus the gateways' client-certificate check, if any
 
 	models   atomic.Pointer[map[string]*modelEntry]
 	modelsMu sync.Mutex // serializes writers of models
@@ -103,13 +116,17 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	u, _ := url.Parse(cfg.UpstreamBaseURL)
 	p := &Pylon{
 		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
-		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host,
-		sentStructure: map[string]uint64{}, ln: deps.Listener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
+		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host, upstreamScheme: u.Scheme,
+		sentStructure: map[string]uint64{}, ln: deps.Listener, adminLn: deps.AdminListener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
 		replies:    newReplyPool(),
 		lookupHost: deps.LookupHost,
 	}
 	if p.lookupHost == nil {
 		p.lookupHost = net.DefaultResolver.LookupHost
+	}
+	clientTLS, err := p.setUpSecurity()
+	if err != nil {
+		return nil, err
 	}
 	empty := map[string]*modelEntry{}
 	p.models.Store(&empty)
@@ -121,16 +138,21 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.engine = relay.NewConns(dial, cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, p.metrics.upstreamTimedOut)
 	p.clients = newClientConns()
 	p.client = &fasthttp.HostClient{
-		Addr: u.Host, DialTimeout: p.engine.DialTimeout, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
+		Addr: u.Host, IsTLS: u.Scheme == "https", TLSConfig: clientTLS,
+		DialTimeout: p.engine.DialTimeout, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
 		MaxIdleConnDuration: 4 * time.Second, NoDefaultUserAgentHeader: true,
 		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
 			// A reused keep-alive connection the engine already closed: safe to resend once.
 			return false, attempts < 2 && errors.Is(err, fasthttp.ErrConnectionClosed)
 		},
 	}
-	p.control = &fasthttp.Client{Dial: dial, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
+	p.control = &fasthttp.Client{Dial: dial, TLSConfig: clientTLS, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
 	p.server = p.newServer("switchyard-pylon")
 	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
+	p.admin = &fasthttp.Server{
+		Handler: p.serveAdmin, Name: "switchyard-pylon-admin", NoDefaultServerHeader: true, CloseOnShutdown: true,
+		MaxRequestBodySize: 1 << 10, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, Logger: fasthttpLogger{p.log},
+	}
 	p.sys = actors.NewSystem(p.log)
 	return p, nil
 }
@@ -147,6 +169,29 @@ func (p *Pylon) newServer(name string) *fasthttp.Server {
 	}
 }
 
+// setUpSecurity loads the control token and the server TLS configurations, and returns the
+// client TLS configuration (gateways and an https engine).
+func (p *Pylon) setUpSecurity() (*tls.Config, error) {
+	tok, err := secret.NewToken(p.cfg.ControlToken, p.cfg.ControlTokenFile, p.log)
+	if err != nil {
+		return nil, err
+	}
+	p.token = tok
+	if p.serverTLS, err = tlsx.ServerConfig(tlsx.ServerOptions{CertFile: p.cfg.TLS.CertFile, KeyFile: p.cfg.TLS.KeyFile}, p.log); err != nil {
+		return nil, err
+	}
+	p.dataTLS = p.serverTLS
+	if p.cfg.TLS.ClientCAFile != "" {
+		if p.serverTLS == nil {
+			return nil, errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+		}
+		if p.dataTLS, err = tlsx.ServerConfig(p.cfg.TLS, p.log); err != nil {
+			return nil, err
+		}
+	}
+	return tlsx.ClientConfig(p.cfg.ClientTLS, p.log)
+}
+
 // registrarRef is a running registrar and the notifier that wakes it on change.
 type registrarRef struct {
 	pid       *actor.PID
@@ -159,6 +204,22 @@ type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// AdminAddr returns the admin listener's address once Run has started listening (nil:
+// none).
+func (p *Pylon) AdminAddr() net.Addr {
+	if p.adminLn == nil {
+		return nil
+	}
+	return p.adminLn.Addr()
 }
 
 // Addr returns the data listener's address once Run has started listening.
@@ -312,9 +373,9 @@ func (p *Pylon) advertiseURL() string {
 		return p.cfg.AdvertiseURL
 	}
 	if p.ln != nil {
-		return "http://" + p.ln.Addr().String()
+		return p.scheme() + p.ln.Addr().String()
 	}
-	return "http://" + p.cfg.ListenAddr
+	return p.scheme() + p.cfg.ListenAddr
 }
 
 // update routes a model update to the current generation of model ("" = every model).
@@ -364,6 +425,9 @@ func (p *Pylon) transport(_ context.Context, method, uri, token string, body []b
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(uri)
 	req.Header.SetMethod(method)
+	if p.token.Configured() {
+		token = p.token.Value()
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -375,6 +439,14 @@ func (p *Pylon) transport(_ context.Context, method, uri, token string, body []b
 		return 0, nil, err
 	}
 	return resp.StatusCode(), bytes.Clone(resp.Body()), nil
+}
+
+// scheme is the data listener's URL scheme and separator.
+func (p *Pylon) scheme() string {
+	if p.serverTLS != nil {
+		return "https://"
+	}
+	return "http://"
 }
 
 // Run serves until ctx is done, then drains: it stops admitting (new requests get a
@@ -390,6 +462,15 @@ func (p *Pylon) Run(ctx context.Context) error {
 		}
 		p.ln = ln
 	}
+	if p.adminLn == nil && p.cfg.AdminListenAddr != "" {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", p.cfg.AdminListenAddr)
+		if err != nil {
+			_ = p.ln.Close()
+			return fmt.Errorf("listen on %s (--admin-listen-addr): %w", p.cfg.AdminListenAddr, err)
+		}
+		p.adminLn = ln
+	}
 	// The configured models first, then the data path: a request for a configured model
 	// never meets a pylon that does not know it yet. With --do-calibration the ramp runs
 	// next, through the data path and the engine loops, before any registration; the
@@ -404,8 +485,28 @@ func (p *Pylon) Run(ctx context.Context) error {
 		p.engine.Watch(stopWatch)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.server.Serve(relay.RawListener{Listener: p.ln}) }()
-	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
+	var dataLn net.Listener = relay.RawListener{Listener: p.ln}
+	if p.dataTLS != nil {
+		dataLn = tls.NewListener(dataLn, p.dataTLS)
+	}
+	go func() { serveErr <- p.server.Serve(dataLn) }()
+	adminDone := make(chan struct{})
+	if p.adminLn != nil {
+		var aln net.Listener = relay.RawListener{Listener: p.adminLn}
+		if p.serverTLS != nil {
+			aln = tls.NewListener(aln, p.serverTLS)
+		}
+		go func() {
+			defer close(adminDone)
+			if err := p.admin.Serve(aln); err != nil {
+				p.log.Error("admin_listener_failed", "err", err)
+			}
+		}()
+	} else {
+		close(adminDone)
+	}
+	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "admin_addr", addrOf(p.adminLn), "tls", p.serverTLS != nil,
+		"upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
 
 	loops, cancelLoops := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -429,6 +530,17 @@ func (p *Pylon) Run(ctx context.Context) error {
 			serveErr = nil
 		}
 	}
+	// The admin listener closes alongside the drain (a stopping pylon is not ready).
+	adminStopped := make(chan struct{})
+	if p.adminLn == nil {
+		close(adminStopped)
+	} else {
+		go func() {
+			defer close(adminStopped)
+			_ = p.admin.Shutdown()
+			_ = p.adminLn.Close() // in case Serve had not started: it then returns at once
+		}()
+	}
 	runErr = errors.Join(runErr, p.stopServing(serveErr))
 	// Every handler is done (or abandoned): nothing sends to the actors any more but the
 	// engine loops, which stop next.
@@ -438,6 +550,8 @@ func (p *Pylon) Run(ctx context.Context) error {
 	p.stopGenerations()
 	close(stopWatch)
 	<-watched
+	<-adminStopped
+	<-adminDone
 	p.control.CloseIdleConnections()
 	p.client.CloseIdleConnections()
 	p.sys.Shutdown()
@@ -465,7 +579,7 @@ func (p *Pylon) startRegistrars(ctx context.Context, wg *sync.WaitGroup) {
 // resolveGateways makes the registrars of --gateway-dns match its current addresses. A
 // failed lookup keeps the current set.
 func (p *Pylon) resolveGateways(ctx context.Context) {
-	host, port, _ := net.SplitHostPort(p.cfg.GatewayDNS)
+	scheme, host, port, _ := splitGatewayDNS(p.cfg.GatewayDNS)
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	addrs, err := p.lookupHost(lctx, host)
 	cancel()
@@ -478,7 +592,7 @@ func (p *Pylon) resolveGateways(ctx context.Context) {
 		want[gw] = true
 	}
 	for _, a := range addrs {
-		want["http://"+net.JoinHostPort(a, port)] = true
+		want[scheme+"://"+net.JoinHostPort(a, port)] = true
 	}
 	p.regMu.Lock()
 	var gone []string

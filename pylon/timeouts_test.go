@@ -134,7 +134,7 @@ const (
 // scrapeMetric returns the value of one series from the pylon's /metrics (−1 if absent).
 func (h *hermetic) scrapeMetric(series string) float64 {
 	h.t.Helper()
-	status, body, err := h.client.Get(nil, "http://pylon/metrics")
+	status, body, err := h.admin.Get(nil, "http://pylon-admin/metrics")
 	if err != nil || status != 200 {
 		h.t.Fatalf("GET /metrics: %v %d", err, status)
 	}

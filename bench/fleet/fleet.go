@@ -99,21 +99,23 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 	}
 	gatewayArgs := make([]string, 0, s.GatewayCount())
 	for i := range s.GatewayCount() {
-		pt := port()
+		pt, admin := port(), port()
 		p.Gateways = append(p.Gateways, Spec{
-			Name: "gateway-" + strconv.Itoa(i), Path: opts.Bin.Gateway, URL: url(pt),
+			Name: "gateway-" + strconv.Itoa(i), Path: opts.Bin.Gateway, URL: url(pt), AdminURL: url(admin),
 			Args: []string{
 				"--http-listen-addr=127.0.0.1:" + strconv.Itoa(pt),
+				"--admin-listen-addr=127.0.0.1:" + strconv.Itoa(admin),
 				"--lb-config-path=" + lbConfigPath,
 			},
 		})
-		gatewayArgs = append(gatewayArgs, "--gateway="+url(pt))
+		gatewayArgs = append(gatewayArgs, "--gateway="+url(admin)) // pylons register on the admin listener
 	}
 	for bi := range top.Backends {
 		b := &top.Backends[bi]
-		pt := port()
+		pt, admin := port(), port()
 		args := []string{
 			"--http-listen-addr=127.0.0.1:" + strconv.Itoa(pt),
+			"--admin-listen-addr=127.0.0.1:" + strconv.Itoa(admin),
 			"--upstream-http-base-url=" + p.Engines[b.Cluster].URL,
 			"--model-name=" + s.Model,
 			"--advertise-url=" + url(pt),
@@ -134,15 +136,16 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 		}
 		args = append(args, admissionArgs(a.PylonQueueAdmission)...)
 		args = append(args, gatewayArgs...)
-		p.Pylons = append(p.Pylons, Spec{Name: "pylon-" + strconv.Itoa(b.Index), Path: opts.Bin.Pylon, URL: url(pt), Args: args})
+		p.Pylons = append(p.Pylons, Spec{Name: "pylon-" + strconv.Itoa(b.Index), Path: opts.Bin.Pylon, URL: url(pt), AdminURL: url(admin), Args: args})
 	}
 	return p
 }
 
-// PortsNeeded is the number of ports NewPlan takes.
+// PortsNeeded is the number of ports NewPlan takes: one per engine, two (public and
+// admin) per gateway and per pylon.
 func PortsNeeded(s *scenario.Scenario) int {
 	top := s.Topology()
-	return len(top.Clusters) + s.GatewayCount() + len(top.Backends)
+	return len(top.Clusters) + 2*s.GatewayCount() + 2*len(top.Backends)
 }
 
 func admissionArgs(q *scenario.QueueAdmission) []string {
@@ -398,7 +401,7 @@ func (f *Fleet) waitRoutable(ctx context.Context, model string, timeout time.Dur
 			if err != nil {
 				return err
 			}
-			state, _, err := f.get(ctx, g.URL+"/debug/state")
+			state, _, err := f.get(ctx, g.AdminURL+"/debug/state")
 			if err != nil {
 				return err
 			}
@@ -416,7 +419,7 @@ func (f *Fleet) ScrapeMetrics(ctx context.Context) []string {
 	specs := slices.Concat(f.Plan.Gateways, f.Plan.Pylons)
 	out := make([]string, len(specs))
 	for i, sp := range specs {
-		if body, code, err := f.get(ctx, sp.URL+"/metrics"); err == nil && code == http.StatusOK {
+		if body, code, err := f.get(ctx, sp.AdminURL+"/metrics"); err == nil && code == http.StatusOK {
 			out[i] = string(body)
 		}
 	}

@@ -107,7 +107,7 @@ func TestPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := fleet.PortsNeeded(s)
-	if n != 4+2+4 {
+	if n != 4+2*2+2*4 { // engines, gateways and pylons (public and admin each)
 		t.Fatalf("ports needed %d", n)
 	}
 	ports := make([]int, n)
@@ -124,14 +124,15 @@ func TestPlan(t *testing.T) {
 			t.Errorf("engine args %q lack %s", eng, want)
 		}
 	}
-	if p.Gateways[1].URL != "http://127.0.0.1:9005" || !slices.Contains(p.Gateways[0].Args, "--lb-config-path=/tmp/lb.json") {
+	if p.Gateways[1].URL != "http://127.0.0.1:9006" || p.Gateways[1].AdminURL != "http://127.0.0.1:9007" || !slices.Contains(p.Gateways[0].Args, "--lb-config-path=/tmp/lb.json") {
 		t.Errorf("gateway %+v", p.Gateways)
 	}
 	py := strings.Join(p.Pylons[2].Args, " ")
 	for _, want := range []string{
 		"--upstream-http-base-url=http://127.0.0.1:9002", "--inference-server-id=backend-2", "--cluster-id=backend-2",
 		"--initial-input-tps=2200 --benchmark-pin-input-tps", "--queue-admission=true", "--queue-admission-min-delta-ms=0", "--queue-admission-tolerance=1",
-		"--gateway=http://127.0.0.1:9004", "--gateway=http://127.0.0.1:9005", "--advertise-url=http://127.0.0.1:9008",
+		"--gateway=http://127.0.0.1:9005", "--gateway=http://127.0.0.1:9007", "--advertise-url=http://127.0.0.1:9012",
+		"--admin-listen-addr=127.0.0.1:9013",
 	} {
 		if !strings.Contains(py, want) {
 			t.Errorf("pylon args %q lack %s", py, want)

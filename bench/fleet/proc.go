@@ -29,8 +29,10 @@ type Spec struct {
 	Name string
 	Path string
 	Args []string
-	// URL is the process's base URL on loopback.
-	URL string
+	// URL is the process's base URL on loopback; AdminURL its admin listener's (gateways
+	// and pylons: control, /metrics, /debug), "" for engines.
+	URL      string
+	AdminURL string
 }
 
 // String renders the command line.

@@ -67,18 +67,19 @@ func (c *overheadCmd) Run() error {
 	proxyNames := [...]string{"proxy-engine", "proxy-pylon", "proxy-b-pylon"}
 	proxyBins, removeCopies := proxyExecutables(self, proxyNames[:]...)
 	defer removeCopies()
-	ports, err := fleet.FreePorts(ctx, 6)
+	ports, err := fleet.FreePorts(ctx, 8)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	engine, pylon, gateway, proxyEngine, proxyPylon, controlPylon := addr(0), addr(1), addr(2), addr(3), addr(4), addr(5)
+	gatewayAdmin, pylonAdmin := addr(6), addr(7)
 	specs := []fleet.Spec{
 		{Name: "engine", Path: bins.Engine, Args: []string{"--http-listen-addr", engine, "--num-tokens", "1", "--token-delay-ms", "0", "--log-level", "warn"}},
-		{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--log-level", "warn"}},
+		{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}},
 		{Name: "pylon", Path: bins.Pylon, Args: []string{
-			"--http-listen-addr", pylon, "--upstream-http-base-url", "http://" + engine, "--model-name", overheadModel,
-			"--gateway", "http://" + gateway, "--inference-server-id", "overhead", "--initial-input-tps", "100000",
+			"--http-listen-addr", pylon, "--admin-listen-addr", pylonAdmin, "--upstream-http-base-url", "http://" + engine, "--model-name", overheadModel,
+			"--gateway", "http://" + gatewayAdmin, "--inference-server-id", "overhead", "--initial-input-tps", "100000",
 			"--engine-stats-stream", "off", "--log-level", "warn",
 		}},
 		{Name: proxyNames[0], Path: proxyBins[0], Args: []string{"bare-proxy", "--listen", proxyEngine, "--upstream", engine}},
@@ -91,7 +92,7 @@ func (c *overheadCmd) Run() error {
 	if err != nil {
 		return err
 	}
-	if err := waitRoutable(ctx, gateway, 1, c.ReadyTimeout); err != nil {
+	if err := waitRoutable(ctx, gatewayAdmin, 1, c.ReadyTimeout); err != nil {
 		return fmt.Errorf("%w (logs in %s; use --logs DIR to keep them)", err, logs)
 	}
 	if err := c.contend(ctx, group, self, logs); err != nil {
@@ -113,7 +114,7 @@ func (c *overheadCmd) Run() error {
 	fmt.Printf("\n%s\n", cpuPerRequest(specs, served, cpuBefore, cpuAfter, c.Requests+c.Warmup))
 	// The gateway's own view of the same requests: its time before the upstream call and
 	// the upstream call itself, as means.
-	if status, body, err := fasthttp.GetTimeout(nil, "http://"+gateway+"/metrics", time.Second); err == nil && status == fasthttp.StatusOK {
+	if status, body, err := fasthttp.GetTimeout(nil, "http://"+gatewayAdmin+"/metrics", time.Second); err == nil && status == fasthttp.StatusOK {
 		mean := func(name string) string {
 			var sum, count float64
 			for _, line := range strings.Split(string(body), "\n") {

@@ -75,19 +75,20 @@ func (c *throughputCmd) Run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := fleet.FreePorts(ctx, 6)
+	ports, err := fleet.FreePorts(ctx, 9)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	engines, pylons, gateway, proxy := []string{addr(0), addr(1)}, []string{addr(2), addr(3)}, addr(4), addr(5)
-	specs := []fleet.Spec{{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--log-level", "warn"}}}
+	gatewayAdmin, pylonAdmins := addr(6), []string{addr(7), addr(8)}
+	specs := []fleet.Spec{{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}}}
 	for i := range engines {
 		specs = append(specs,
 			fleet.Spec{Name: "engine-" + strconv.Itoa(i), Path: bins.Engine, Args: []string{"--http-listen-addr", engines[i], "--num-tokens", "1", "--token-delay-ms", "0", "--log-level", "warn"}},
 			fleet.Spec{Name: "pylon-" + strconv.Itoa(i), Path: bins.Pylon, Args: []string{
-				"--http-listen-addr", pylons[i], "--upstream-http-base-url", "http://" + engines[i], "--model-name", overheadModel,
-				"--gateway", "http://" + gateway, "--inference-server-id", "p" + strconv.Itoa(i), "--initial-input-tps", "100000",
+				"--http-listen-addr", pylons[i], "--admin-listen-addr", pylonAdmins[i], "--upstream-http-base-url", "http://" + engines[i], "--model-name", overheadModel,
+				"--gateway", "http://" + gatewayAdmin, "--inference-server-id", "p" + strconv.Itoa(i), "--initial-input-tps", "100000",
 				"--engine-stats-stream", "off", "--log-level", "warn",
 			}})
 	}
@@ -101,7 +102,7 @@ func (c *throughputCmd) Run() error {
 	if _, err := startChildren(group, specs, dir); err != nil {
 		return err
 	}
-	if err := waitRoutable(ctx, gateway, 2, 20*time.Second); err != nil {
+	if err := waitRoutable(ctx, gatewayAdmin, 2, 20*time.Second); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "%d connections, %v per measurement, %d rounds…\n", c.Concurrency, c.Duration, c.Rounds)

@@ -15,6 +15,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -24,7 +25,20 @@ type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
 	Config  kong.ConfigFlag  `help:"JSON config file with flag values (keys in snake_case)." placeholder:"FILE" env:"-"`
 
-	HTTPListenAddr               string        `name:"http-listen-addr" help:"Listen address of the OpenAI API, the control endpoint, /metrics, /healthz, /readyz, /v1/models and /debug/state." default:"127.0.0.1:8000"`
+	HTTPListenAddr               string        `name:"http-listen-addr" help:"Public listen address: the OpenAI API (/v1/...), /healthz and /readyz. Nothing here changes routing." default:"127.0.0.1:8000"`
+	AdminListenAddr              string        `name:"admin-listen-addr" help:"Admin listen address: the control endpoint pylons register on (/control/v1/backends), /metrics, /debug/state and /debug/pprof. On a non-loopback address the gateway refuses to start without a control token (or --insecure-no-control-auth)." default:"127.0.0.1:8001"`
+	ControlTokenFile             string        `name:"control-token-file" help:"File holding the bearer token every admin request (pylon registrations, /debug, /metrics) must present; re-read when it changes (Kubernetes Secret volumes). Excludes --control-token." default:"" type:"path"`
+	InsecureNoControlAuth        bool          `name:"insecure-no-control-auth" help:"Allow an admin listener on a non-loopback address without a control token: anyone who reaches it can register backends and take over traffic. Logged as a warning."`
+	MetricsNoAuth                bool          `name:"metrics-no-auth" help:"Serve /metrics on the admin listener without the control token (for scrapers that cannot send one)."`
+	PublicMetrics                bool          `name:"public-metrics" help:"Also serve /metrics on the public listener (it names every backend and model: off by default)."`
+	MaxAdminBodyBytes            int           `name:"max-admin-body-bytes" help:"Largest request body on the admin listener (a registration); larger gets 413." default:"1048576"`
+	TLSCertFile                  string        `name:"tls-cert-file" help:"PEM certificate: both listeners serve TLS. Re-read when it changes (served to the next new connection)." default:"" type:"path"`
+	TLSKeyFile                   string        `name:"tls-key-file" help:"PEM private key of --tls-cert-file." default:"" type:"path"`
+	AdminTLSClientCAFile         string        `name:"admin-tls-client-ca-file" help:"PEM CA bundle: pylons must present a client certificate it signed on the admin listener (mutual TLS; needs --tls-cert-file)." default:"" type:"path"`
+	TLSCAFile                    string        `name:"tls-ca-file" help:"PEM CA bundle that verifies pylons registered with an https:// URL (default: the system roots)." default:"" type:"path"`
+	TLSServerName                string        `name:"tls-server-name" help:"Name expected in pylons' certificates instead of the host of their registered URL (e.g. when pylons register pod IPs)." default:""`
+	TLSClientCertFile            string        `name:"tls-client-cert-file" help:"PEM client certificate presented to pylons (mutual TLS on the data path); re-read when it changes." default:"" type:"path"`
+	TLSClientKeyFile             string        `name:"tls-client-key-file" help:"PEM private key of --tls-client-cert-file." default:"" type:"path"`
 	GatewayID                    string        `name:"gateway-id" help:"Name of this replica in dispatch sequences sent to pylons (default: random)." default:""`
 	LBConfigPath                 string        `name:"lb-config-path" help:"lb-config.json; reloaded on SIGHUP and when the file changes (an invalid new file is rejected and the old one kept). Without it: power-of-n, every algorithm selectable by x-routing-method." default:"" type:"path"`
 	ProxyMaxConnectRetries       int           `name:"proxy-max-connect-retries" help:"Transport-failure retries on another backend of the same cluster." default:"2"`
@@ -35,7 +49,7 @@ type cli struct {
 	HealthProbeIntervalMs        int           `name:"health-probe-interval-ms" help:"RTT probe period per backend (GET /health through the data pool)." default:"1000"`
 	HeartbeatMs                  int           `name:"heartbeat-ms" help:"Heartbeat expected from pylons that do not say theirs; a backend expires after 3 missed heartbeats." default:"1000"`
 	MinBackendExpiryMs           int           `name:"min-backend-expiry-ms" help:"A backend expires after 3 missed heartbeats, but never sooner than this." default:"3000"`
-	ControlToken                 string        `name:"control-token" help:"Bearer token pylons must present on /control/v1/backends (empty = no auth)." default:""`
+	ControlToken                 string        `name:"control-token" help:"Bearer token every admin request must present (prefer --control-token-file or the SWITCHYARD_GATEWAY_CONTROL_TOKEN variable: a flag shows in the process list). Empty = no auth, allowed only on a loopback admin address." default:""`
 	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
 	ShutdownDelay                time.Duration `name:"shutdown-delay" help:"On SIGTERM, keep serving this long with /readyz answering 503 before closing the listener (give load balancers time to notice)." default:"0s"`
@@ -55,6 +69,9 @@ func (c *cli) Validate() error {
 	}
 	if c.ProxyMaxConnectRetries < 0 || c.ProxyMaxRequestRetries < 0 {
 		errs = append(errs, errors.New("--proxy-max-connect-retries and --proxy-max-request-retries must be >= 0"))
+	}
+	if c.MaxAdminBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--max-admin-body-bytes %d must be > 0", c.MaxAdminBodyBytes))
 	}
 	if c.ProxyMaxReplayBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--proxy-max-replay-body-bytes %d must be > 0", c.ProxyMaxReplayBodyBytes))
@@ -81,7 +98,13 @@ func (c *cli) Run() error {
 		HealthProbeInterval: time.Duration(c.HealthProbeIntervalMs) * time.Millisecond,
 		Heartbeat:           time.Duration(c.HeartbeatMs) * time.Millisecond,
 		MinExpiry:           time.Duration(max(c.MinBackendExpiryMs, 1)) * time.Millisecond,
-		ControlToken:        c.ControlToken, MetricsPrefix: c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
+		AdminListenAddr:     c.AdminListenAddr, ControlToken: c.ControlToken, ControlTokenFile: c.ControlTokenFile,
+		InsecureNoControlAuth: c.InsecureNoControlAuth, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
+		MaxAdminBodyBytes: c.MaxAdminBodyBytes,
+		TLS:               tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
+		AdminClientCAFile: c.AdminTLSClientCAFile,
+		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},
+		MetricsPrefix:     c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed, EnablePprof: c.EnablePprof,
 	}
 	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon"
 	"github.com/switchyard/switchyard/pylon/admission"
 )
@@ -24,11 +25,12 @@ var version = "dev"
 type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
 
-	HTTPListenAddr               string   `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path and /metrics listen address."`
+	HTTPListenAddr               string   `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path listen address: requests relayed from gateways and their /health probe."`
+	AdminListenAddr              string   `name:"admin-listen-addr" default:"127.0.0.1:8101" help:"Admin listen address: /metrics, /healthz and /readyz (empty = none)."`
 	UpstreamHTTPBaseURL          string   `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
 	ModelName                    []string `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
-	Gateway                      []string `name:"gateway" sep:"," help:"Gateway base URL to register with (repeatable)."`
-	GatewayDNS                   string   `name:"gateway-dns" placeholder:"HOST:PORT" help:"DNS name whose addresses are gateway replicas (e.g. a headless Service); the pylon registers with every address and follows changes."`
+	Gateway                      []string `name:"gateway" sep:"," help:"A gateway's admin URL to register with, e.g. http://127.0.0.1:8001 (repeatable)."`
+	GatewayDNS                   string   `name:"gateway-dns" placeholder:"[https://]HOST:PORT" help:"DNS name whose addresses are gateway replicas' admin listeners (e.g. a headless Service); the pylon registers with every address and follows changes. Prefix https:// to register over TLS."`
 	GatewayDNSIntervalMs         uint64   `name:"gateway-dns-interval-ms" default:"5000" help:"How often --gateway-dns is re-resolved."`
 	ActiveCanaryIntervalMs       uint64   `name:"active-canary-interval-ms" default:"5000" help:"Period of the canary completion sent to the engine (0 disables canaries); a failing or runaway canary advertises the models INACTIVE."`
 	BringupCanaryTimeoutMs       uint64   `name:"bringup-canary-timeout-ms" default:"5000" help:"Longest wait for a canary's answer."`
@@ -67,7 +69,15 @@ type cli struct {
 	FirstOutputTimeoutMs       uint64  `name:"first-output-timeout-ms" default:"30000" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
 	StreamIdleTimeoutMs        uint64  `name:"stream-idle-timeout-ms" default:"30000" help:"Longest wait for more response bytes once the engine has started answering: the stream is cut (0 = none)."`
 	RequireStreaming           bool    `name:"require-streaming" help:"Reject chat and responses bodies without \"stream\": true (400)."`
-	ControlToken               string  `name:"control-token" help:"Bearer token for the gateways' control endpoint."`
+	ControlToken               string  `name:"control-token" help:"Bearer token presented to the gateways' control endpoint (prefer --control-token-file or SWITCHYARD_PYLON_CONTROL_TOKEN: a flag shows in the process list)."`
+	ControlTokenFile           string  `name:"control-token-file" type:"path" help:"File holding the gateways' control token; re-read when it changes (Kubernetes Secret volumes). Excludes --control-token."`
+	TLSCertFile                string  `name:"tls-cert-file" type:"path" help:"PEM certificate: the data and admin listeners serve TLS (advertised URL https://). Re-read when it changes."`
+	TLSKeyFile                 string  `name:"tls-key-file" type:"path" help:"PEM private key of --tls-cert-file."`
+	TLSClientCAFile            string  `name:"tls-client-ca-file" type:"path" help:"PEM CA bundle: gateways must present a client certificate it signed on the data listener (mutual TLS; needs --tls-cert-file)."`
+	TLSCAFile                  string  `name:"tls-ca-file" type:"path" help:"PEM CA bundle that verifies https gateways and an https engine (default: the system roots)."`
+	TLSServerName              string  `name:"tls-server-name" help:"Name expected in the gateways' certificates instead of the address dialled (e.g. the headless Service's name when --gateway-dns yields pod IPs)."`
+	TLSClientCertFile          string  `name:"tls-client-cert-file" type:"path" help:"PEM client certificate presented to gateways when registering (mutual TLS); re-read when it changes."`
+	TLSClientKeyFile           string  `name:"tls-client-key-file" type:"path" help:"PEM private key of --tls-client-cert-file."`
 	MetricsPrefix              string  `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
 	MaxRequestBodyBytes        int     `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
 	LogLevel                   string  `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
@@ -93,7 +103,10 @@ func (c *cli) config() pylon.Config {
 	cfg.UpstreamBackend, cfg.PriorityCeiling, cfg.RetryableStatusCodes = c.UpstreamBackend, c.PriorityCeiling, c.RetryableStatusCodes
 	cfg.RequireUpstreamRetryHeader, cfg.UpstreamRetryHeader, cfg.PropagateRetryAfter = c.RequireUpstreamRetryHeader, c.UpstreamRetryHeader, c.PropagateRetryAfter
 	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, ms(c.ModelDiscoveryPollMs), ms(c.DrainTimeoutMs)
-	cfg.ControlToken, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.MetricsPrefix, c.MaxRequestBodyBytes
+	cfg.ControlToken, cfg.ControlTokenFile, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.ControlTokenFile, c.MetricsPrefix, c.MaxRequestBodyBytes
+	cfg.AdminListenAddr = c.AdminListenAddr
+	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
+	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = ms(c.FirstOutputTimeoutMs), ms(c.StreamIdleTimeoutMs), c.RequireStreaming
 	return cfg
 }

@@ -114,11 +114,11 @@ func (e *HeaderError) Error() string {
 	case ReasonBlank:
 		return "x-routing-method is blank"
 	case ReasonInvalidUTF8:
-		return fmt.Sprintf("x-routing-method %q is not valid UTF-8", e.Value)
+		return fmt.Sprintf("x-routing-method %q is not valid UTF-8", short(e.Value))
 	case ReasonNotAllowed:
-		return fmt.Sprintf("x-routing-method %q: algorithm %s is not allow-listed for model %q", e.Value, e.Name, e.Model)
+		return fmt.Sprintf("x-routing-method %q: algorithm %s is not allow-listed for model %q", short(e.Value), e.Name, short(e.Model))
 	default:
-		return fmt.Sprintf("x-routing-method %q: unknown algorithm", e.Value)
+		return fmt.Sprintf("x-routing-method %q: unknown algorithm", short(e.Value))
 	}
 }
 
@@ -153,4 +153,14 @@ func ParseRoutingMethod(value string) (Algorithm, string, error) {
 		return 0, name, &HeaderError{Value: value, Name: name, Reason: ReasonUnknown}
 	}
 	return a, name, nil
+}
+
+// short cuts a client-supplied value to 64 bytes for an error message (a message never
+// echoes unbounded request bytes; the cut may split a character, which %q shows escaped).
+func short(v string) string {
+	const limit = 64
+	if len(v) > limit {
+		return v[:limit] + "..."
+	}
+	return v
 }
