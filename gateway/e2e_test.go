@@ -113,7 +113,8 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 	start(t, "gateway", args...)
 	f := &fleetE2E{
 		t: t, gateway: gw, admin: admin, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, adminC: &fasthttp.HostClient{Addr: admin},
-		pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{}}
+		pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{},
+	}
 	for _, b := range backends {
 		eng, pyl := mocktest.FreeAddr(t), mocktest.FreeAddr(t)
 		f.engines[b.id], f.pylons[b.id] = eng, pyl

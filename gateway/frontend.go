@@ -51,7 +51,8 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 		g.handleHealth(ctx, path)
 		return
 	}
-	if !(path == "/metrics" && g.cfg.MetricsNoAuth) && !g.token.Check(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
+	exempt := path == "/metrics" && g.cfg.MetricsNoAuth
+	if !exempt && !g.token.Check(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
 		g.metrics.inc(mAdminUnauthorized)
 		if strings.HasPrefix(path, control.RegistrationPath) {
 			g.metrics.inc(mRegistrations, "result", "unauthorized")

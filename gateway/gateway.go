@@ -429,7 +429,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		_ = g.server.Shutdown()
 		_ = g.admin.Shutdown()
 		g.listeners.close()
-		<-errc
+		err = errors.Join(err, <-errc)
 		g.Close()
 		return err
 	case <-ctx.Done():

@@ -20,9 +20,8 @@ import (
 	"github.com/switchyard/switchyard/pylon"
 )
 
-// tlsFleet is a gateway and one pylon on real 127.0.0.1 sockets, with TLS on every
-// listener, mutual TLS between them both ways and a control token; the engine behind the
-// pylon is plain HTTP on loopback.
+// tlsFleet is a gateway, one pylon and its engine on real 127.0.0.1 sockets, with TLS on
+// every listener, mutual TLS between gateway and pylon both ways and a control token.
 type tlsFleet struct {
 	ca                 *tlstest.CA
 	gwCert, gwKey      string
@@ -57,9 +56,10 @@ func startTLSFleet(t *testing.T) *tlsFleet {
 	f := &tlsFleet{ca: tlstest.NewCA(t, dir)}
 	f.gwCert, f.gwKey = f.ca.Issue(t, "gateway", "127.0.0.1", "localhost")
 	pyCert, pyKey := f.ca.Issue(t, "pylon", "127.0.0.1")
+	engCert, engKey := f.ca.Issue(t, "engine", "127.0.0.1")
 	const token = "tls-test-token"
 
-	engine := startEngine(t, mock.Config{NumTokens: 5})
+	engine := "https://" + strings.TrimPrefix(startEngine(t, mock.Config{NumTokens: 5, TLS: tlsxServer(engCert, engKey, "")}), "http://")
 
 	pub, adm := listenLoopback(t), listenLoopback(t)
 	f.public, f.admin = pub.Addr().String(), adm.Addr().String()
@@ -82,7 +82,7 @@ func startTLSFleet(t *testing.T) *tlsFleet {
 	cfg.UpstreamBaseURL, cfg.ModelNames, cfg.ID = engine, []string{"dummy-model"}, "p-tls"
 	cfg.Gateways = []string{"https://" + f.admin}
 	cfg.InitialInputTPS, cfg.PinInputTPS, cfg.DrainTimeout = 1000, true, time.Second
-	cfg.MinUpdateInterval, cfg.ControlToken = 200*time.Millisecond, token
+	cfg.MinUpdateInterval, cfg.ControlToken, cfg.KVCacheStatsPath = 200*time.Millisecond, token, "/kv-cache/stats"
 	cfg.TLS = tlsxServer(pyCert, pyKey, f.ca.CertFile())
 	cfg.ClientTLS = tlsxClient(f.ca.CertFile(), pyCert, pyKey)
 	p, err := pylon.New(cfg, pylon.Deps{Listener: dl, AdminListener: al, Logger: slog.New(slog.DiscardHandler)})
@@ -158,7 +158,7 @@ func handshake(addr string, roots *x509.CertPool, certs []tls.Certificate) (stri
 }
 
 // The whole path over TLS — client → gateway → pylon → engine, mutual TLS between gateway
-// and pylon both ways — serves plain and streamed completions; the mutual-TLS listeners
+// and pylon both ways, the pylon's stats stream and KV polls over TLS too — serves plain and streamed completions; the mutual-TLS listeners
 // refuse clients without a certificate; a certificate rotated on disk is served to the
 // next new connection without a restart.
 func TestLoopbackTLSFullPath(t *testing.T) {
@@ -170,6 +170,22 @@ func TestLoopbackTLSFullPath(t *testing.T) {
 	status, body = f.do(t, "POST", "/v1/chat/completions", `{"model":"dummy-model","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	if status != 200 || strings.Count(body, "data: {") < 5 || !strings.Contains(body, "data: [DONE]") {
 		t.Fatalf("streamed chat over TLS: %d %s", status, body)
+	}
+
+	// The pylon's engine loops reach the HTTPS engine: its admin /metrics (over TLS, no
+	// client certificate needed there) shows the stats stream connected.
+	admin := &fasthttp.HostClient{Addr: f.pylonAd, IsTLS: true, TLSConfig: &tls.Config{RootCAs: f.ca.Pool(), MinVersion: tls.VersionTLS12}}
+	defer admin.CloseIdleConnections()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, m, err := admin.Get(nil, "https://"+f.pylonAd+"/metrics")
+		if err == nil && status == 200 && strings.Contains(string(m), `pylon_engine_stats_stream_connected{mode="auto"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pylon's stats stream never connected to the HTTPS engine: %v %d", err, status)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	// Mutual TLS: the gateway's admin listener and the pylon's data listener refuse a

@@ -57,7 +57,7 @@ func (p *Pylon) canary(model string, n uint64) string {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI("http://" + p.upstreamHost + "/v1/chat/completions")
+	req.SetRequestURI(p.upstreamScheme + "://" + p.upstreamHost + "/v1/chat/completions")
 	req.Header.SetContentType("application/json")
 	req.Header.Set(control.HeaderRequestID, "canary-"+strconv.FormatUint(n, 10))
 	req.SetBodyString(`{"model":` + strconv.Quote(model) + `,"messages":[{"role":"user","content":"1+1="}],"max_tokens":` +

@@ -2,8 +2,10 @@ package pylon_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -15,6 +17,8 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/internal/tlsx"
+	"github.com/switchyard/switchyard/internal/tlsx/tlstest"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -148,4 +152,98 @@ func TestHermeticGatewayDNSDiscovery(t *testing.T) {
 		wg.Wait()
 		time.Sleep(time.Minute)
 	})
+}
+
+// --gateway-dns https://NAME:PORT registers with every address over TLS, verifying each
+// replica's certificate against the name given by ClientTLS.ServerName (replicas resolve
+// to bare IPs that their certificates do not name).
+func TestHermeticGatewayDNSOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	cert, key := ca.Issue(t, "gateways", "gateways.test")
+	serverTLS, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: cert, KeyFile: key}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		puts := map[string]int{} // by replica, registrations received over TLS
+		lns := map[string]*fasthttputil.InmemoryListener{"engine": fasthttputil.NewInmemoryListener(), "pylon": fasthttputil.NewInmemoryListener()}
+		var wg sync.WaitGroup
+		servers := make([]*fasthttp.Server, 0, 2)
+		for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
+			ln := fasthttputil.NewInmemoryListener()
+			lns[ip] = ln
+			s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+				if ctx.IsPut() && ctx.IsTLS() {
+					mu.Lock()
+					puts[ip]++
+					mu.Unlock()
+				}
+				ctx.SetBodyString(`{"gateway_id":"gw-` + ip + `","heartbeat_ms":1000}`)
+			}}
+			servers = append(servers, s)
+			wg.Go(func() { _ = s.Serve(tls.NewListener(ln, serverTLS)) })
+		}
+		eng, err := mock.New(mock.Config{NumTokens: 1}, mock.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		engineLn := lns["engine"]
+		wg.Go(func() { _ = eng.Serve(engineLn) })
+		dial := func(addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			if ln, ok := lns[host]; ok {
+				return ln.Dial()
+			}
+			return nil, fmt.Errorf("no listener for %s", addr)
+		}
+		cfg := pylon.DefaultConfig()
+		cfg.UpstreamBaseURL, cfg.AdvertiseURL, cfg.ModelNames = "http://engine", "http://pylon:8100", []string{"m"}
+		cfg.GatewayDNS, cfg.GatewayDNSInterval = "https://gateways.test:8001", 5*time.Second
+		cfg.ClientTLS = tlsx.ClientOptions{CAFile: ca.CertFile(), ServerName: "gateways.test"}
+		lookup := func(context.Context, string) ([]string, error) { return []string{"10.0.0.1", "10.0.0.2"}, nil }
+		p, err := pylon.New(cfg, pylon.Deps{Listener: lns["pylon"], Dial: dial, LookupHost: lookup, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		got := maps.Clone(puts)
+		mu.Unlock()
+		if got["10.0.0.1"] == 0 || got["10.0.0.2"] == 0 {
+			t.Errorf("registrations over TLS by replica: %v, want both", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		for _, s := range servers {
+			_ = s.Shutdown()
+		}
+		_ = eng.Close()
+		wg.Wait()
+		time.Sleep(time.Minute) // idle connection cleaners exit (virtual time)
+	})
+}
+
+// --gateway-dns accepts host:port with an optional http:// or https:// prefix only.
+func TestGatewayDNSForms(t *testing.T) {
+	for v, ok := range map[string]bool{
+		"gw:8001": true, "http://gw:8001": true, "https://gw:8001": true, "https://gw:8001/": true,
+		"gw": false, "ftp://gw:8001": false, "https://gw": false, "https://:8001": false,
+	} {
+		cfg := pylon.DefaultConfig()
+		cfg.UpstreamBaseURL, cfg.GatewayDNS = "http://engine:80", v
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("--gateway-dns %q: %v, want ok=%v", v, err, ok)
+		}
+	}
 }

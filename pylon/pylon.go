@@ -751,7 +751,10 @@ func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
 	base := p.cfg.UpstreamBaseURL
 	if p.cfg.EngineStatsStream != engine.ModeOff {
 		// Not on the data path's relay.Conns: the stats stream is long-lived and may idle.
-		streamClient := &fasthttp.HostClient{Addr: p.upstreamHost, Dial: p.dial, MaxIdleConnDuration: time.Second}
+		streamClient := &fasthttp.HostClient{
+			Addr: p.upstreamHost, Dial: p.dial, MaxIdleConnDuration: time.Second,
+			IsTLS: p.client.IsTLS, TLSConfig: p.client.TLSConfig,
+		}
 		connected := p.metrics.gauge(mStreamConnected + `{mode="` + p.cfg.EngineStatsStream + `"}`)
 		s := &engine.StatsStream{
 			Client: streamClient, BaseURL: base, Path: p.cfg.EngineStatsStreamPath, Mode: p.cfg.EngineStatsStream,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/latency"
 	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,6 +48,8 @@ type cli struct {
 	MaxRequestBodyBytes   int      `name:"max-request-body-bytes" default:"16777216" help:"Largest accepted request body; larger gets 413."`
 	ReadBufferBytes       int      `name:"read-buffer-bytes" default:"4096" help:"Per-connection read buffer; caps request header size (larger headers get 431). Released while a stream is open."`
 	WriteBufferBytes      int      `name:"write-buffer-bytes" default:"1024" help:"Per-connection write buffer, held for the life of a stream."`
+	TLSCertFile           string   `name:"tls-cert-file" type:"path" help:"PEM certificate: serve HTTPS (re-read when it changes)."`
+	TLSKeyFile            string   `name:"tls-key-file" type:"path" help:"PEM private key of --tls-cert-file."`
 	LogLevel              string   `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	EnableTestControl     bool     `name:"enable-test-control" help:"Serve the fault-injection endpoints under /test-control (tests and benchmarks only: anyone who reaches the engine can then inject failures, hangs and delays). Off: they answer 404."`
 }
@@ -72,6 +75,7 @@ func (c *cli) config() mock.Config {
 		MaxRequestBodyBytes:    c.MaxRequestBodyBytes,
 		ReadBufferBytes:        c.ReadBufferBytes,
 		WriteBufferBytes:       c.WriteBufferBytes,
+		TLS:                    tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		EnableTestControl:      c.EnableTestControl,
 		Batched: latency.BatchedConfig{
 			Workers:             c.NumGPUWorkers,

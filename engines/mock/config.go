@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engines/latency"
+	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
 // Defaults (DESIGN.md §9, engine).
@@ -87,6 +88,8 @@ type Config struct {
 	// off: they answer 404 like any unknown path). They let whoever reaches the engine
 	// inject failures, hangs and delays, so they are for tests and benchmarks only.
 	EnableTestControl bool
+	// TLS serves HTTPS when its certificate is set (the pair re-read when it changes).
+	TLS tlsx.ServerOptions
 }
 
 // ErrConfig is the class of configuration errors.

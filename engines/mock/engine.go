@@ -2,6 +2,7 @@ package mock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/kvcache"
 	"github.com/switchyard/switchyard/engines/latency"
+	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
 // Deps are the engine's injected dependencies. Zero fields get defaults.
@@ -47,6 +49,7 @@ type counterKey struct {
 // with Close.
 type Engine struct {
 	cfg     Config
+	tls     *tls.Config // nil = plain HTTP
 	now     func() time.Time
 	log     *slog.Logger
 	legacy  latency.Legacy
@@ -117,6 +120,11 @@ func New(cfg Config, deps Deps) (*Engine, error) {
 		e.models[m] = e.newModelState(m)
 	}
 	e.registerEngineGauges(cfg.ModelNames[0])
+	tlsCfg, err := tlsx.ServerConfig(cfg.TLS, e.log)
+	if err != nil {
+		return nil, err
+	}
+	e.tls = tlsCfg
 	e.server = &fasthttp.Server{
 		Handler:      e.Handler,
 		ErrorHandler: e.errorHandler,
@@ -157,9 +165,12 @@ func (e *Engine) MaxConcurrency() int {
 	return n
 }
 
-// Serve serves HTTP on ln until Close.
+// Serve serves HTTP on ln until Close (HTTPS when Config.TLS has a certificate).
 func (e *Engine) Serve(ln net.Listener) error {
-	e.log.Info("engine_serving", "addr", ln.Addr().String(), "engine_model", e.cfg.EngineModel, "models", e.cfg.ModelNames)
+	e.log.Info("engine_serving", "addr", ln.Addr().String(), "engine_model", e.cfg.EngineModel, "models", e.cfg.ModelNames, "tls", e.tls != nil)
+	if e.tls != nil {
+		ln = tls.NewListener(ln, e.tls)
+	}
 	return e.server.Serve(ln)
 }
 
