@@ -167,6 +167,7 @@ func pylonLike() fasthttp.RequestHandler {
 func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw string) {
 	tb.Helper()
 	upClient := &fasthttp.HostClient{Addr: upstream}
+	tb.Cleanup(upClient.CloseIdleConnections)
 	proxy = serve(tb, func(ctx *fasthttp.RequestCtx) {
 		ctx.Request.Header.Del("Connection")
 		ctx.Response.StreamBody = streamBody
@@ -174,7 +175,14 @@ func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw stri
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 		}
 	})
-	g, err := gateway.New(gateway.Config{GatewayID: "bench"}, gateway.Deps{Now: time.Now})
+	return proxy, benchGateway(tb, gateway.Config{GatewayID: "bench"}, "http://"+upstream)
+}
+
+// benchGateway starts a gateway with cfg on loopback (public and admin listeners), registers
+// upstreamURL as backend "u" and returns the public address once it is routable.
+func benchGateway(tb testing.TB, cfg gateway.Config, upstreamURL string) string {
+	tb.Helper()
+	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -182,41 +190,42 @@ func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw stri
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gdone := make(chan struct{})
-	go func() {
-		defer close(gdone)
-		_ = g.Serve(gln)
-	}()
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gdone := make(chan struct{}, 2)
+	go func() { _ = g.Serve(gln); gdone <- struct{}{} }()
+	go func() { _ = g.ServeAdmin(aln); gdone <- struct{}{} }()
 	tb.Cleanup(func() {
 		g.Shutdown()
 		<-gdone
-		upClient.CloseIdleConnections()
+		<-gdone
 	})
-	gw = gln.Addr().String()
-	register(tb, gw, upstream)
-	return proxy, gw
+	register(tb, aln.Addr().String(), upstreamURL)
+	return gln.Addr().String()
 }
 
-// register registers upstream as backend "u" serving model benchModel, with the stats
-// capabilities and sources a real pylon lists, and waits until the gateway has its first
-// RTT probe (routable).
-func register(tb testing.TB, gw, upstream string) {
+// register registers upstreamURL as backend "u" serving model benchModel on the gateway's
+// admin listener, with the stats capabilities and sources a real pylon lists, and waits
+// until the gateway has its first RTT probe (routable).
+func register(tb testing.TB, admin, upstreamURL string) {
 	tb.Helper()
-	ctl := &fasthttp.HostClient{Addr: gw}
+	ctl := &fasthttp.HostClient{Addr: admin}
 	defer ctl.CloseIdleConnections()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("PUT")
-	req.SetRequestURI("http://" + gw + control.RegistrationPath + "u")
-	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"http://` + upstream + `","heartbeat_ms":600000,"models":{"` + benchModel + `":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000,` +
+	req.SetRequestURI("http://" + admin + control.RegistrationPath + "u")
+	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"` + upstreamURL + `","heartbeat_ms":60000,"models":{"` + benchModel + `":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000,` +
 		`"stats_capabilities":["machine.kv_cache.http","request.output.chunk_usage"],"stats_sources":["chunk_usage","kv_cache_stats"]}}}}`)
 	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-		tb.Fatalf("register: %v %d", err, resp.StatusCode())
+		tb.Fatalf("register: %v %d %s", err, resp.StatusCode(), resp.Body())
 	}
 	for range 200 {
 		req.Reset()
-		req.SetRequestURI("http://" + gw + "/debug/state")
+		req.SetRequestURI("http://" + admin + "/debug/state")
 		if err := ctl.Do(req, resp); err == nil && strings.Contains(string(resp.Body()), `"routable": true`) {
 			return
 		}
