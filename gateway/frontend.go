@@ -82,18 +82,39 @@ func (g *Gateway) recoverPanic(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// handleHealth answers /healthz (the process serves) and /readyz: ready once some model
+// has a routable backend, and not while draining. A gateway with no backend answers every
+// request 404, so a load balancer should not send it traffic; pylons find gateways through
+// a Service that publishes not-ready addresses too, so they still register with it.
 func (g *Gateway) handleHealth(ctx *fasthttp.RequestCtx, path string) {
 	ctx.SetContentType("application/json")
-	if path == "/healthz" {
+	switch {
+	case path == "/healthz":
 		ctx.SetBodyString(`{"status":"ok"}`)
-		return
-	}
-	if g.draining.Load() {
+	case g.draining.Load():
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBodyString(`{"status":"draining"}`)
-		return
+	case !g.anyRoutable():
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(`{"status":"no_routable_backend"}`)
+	default:
+		ctx.SetBodyString(`{"status":"ready"}`)
 	}
-	ctx.SetBodyString(`{"status":"ready"}`)
+}
+
+// anyRoutable reports whether some backend is routable for some model.
+func (g *Gateway) anyRoutable() bool {
+	for _, b := range g.fleet.States() {
+		if !b.HasRTT {
+			continue
+		}
+		for name := range b.Models {
+			if b.Models[name].Status == control.StatusActive {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (g *Gateway) handleMetrics(ctx *fasthttp.RequestCtx) {

@@ -331,6 +331,9 @@ func TestLBConfigReload(t *testing.T) {
 func TestOperationalEndpoints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, "")
+		if r := h.do("GET", "/readyz", nil, nil); r.status != 503 || !strings.Contains(r.body, "no_routable_backend") {
+			t.Errorf("/readyz with no backend: %d %s, want 503", r.status, r.body)
+		}
 		h.register(h.pylon("p1", "c1", idleLoad(), nil))
 		if r := h.chat(nil); r.status != 200 {
 			t.Fatal(r.body)

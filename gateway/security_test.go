@@ -76,7 +76,7 @@ func TestPublicListenerHasNoControlPlane(t *testing.T) {
 			t.Errorf("a public PUT registered a backend:\n%s", st.body)
 		}
 		if status, _ := h.publicDo("GET", "/readyz", nil); status != 200 {
-			t.Errorf("public /readyz: %d", status)
+			t.Errorf("public /readyz with a routable backend: %d", status)
 		}
 	})
 }
