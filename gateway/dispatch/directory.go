@@ -4,6 +4,7 @@
 package dispatch
 
 import (
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,10 @@ import (
 // DefaultCollectGrace is how long a routing target whose last backend left keeps its
 // scheduler (Deps.CollectGrace).
 const DefaultCollectGrace = 30 * time.Second
+
+// DefaultReleaseAfter is how many collected targets make the directory hand memory back to
+// the operating system (Deps.ReleaseAfter).
+const DefaultReleaseAfter = 10_000
 
 // Directory finds (and on first registration spawns) the scheduler actor of each routing
 // target. It is safe for concurrent use.
@@ -46,6 +51,10 @@ type Directory struct {
 	sweeper *time.Timer
 	stopped bool
 	epoch   atomic.Uint64
+	// sinceRelease counts the targets collected since memory was last handed back;
+	// release hands it back (debug.FreeOSMemory; tests count the calls instead).
+	sinceRelease int
+	release      func()
 }
 
 type entry struct {
@@ -67,7 +76,7 @@ type collected struct{}
 
 // NewDirectory returns an empty directory spawning schedulers in sys.
 func NewDirectory(sys *actor.ActorSystem, deps Deps) *Directory {
-	d := &Directory{sys: sys, deps: deps, m: map[Target]*entry{}}
+	d := &Directory{sys: sys, deps: deps, m: map[Target]*entry{}, release: debug.FreeOSMemory}
 	sys.EventStream.SubscribeWithPredicate(d.deadRoute, isDeadRoute)
 	return d
 }
@@ -167,8 +176,29 @@ func (d *Directory) armLocked(since time.Time) {
 // for long by a mass collection.
 const sweepBatch = 512
 
+// releaseAfter is the configured release threshold (0: never).
+func (d *Directory) releaseAfter() int {
+	switch {
+	case d.deps.ReleaseAfter == 0:
+		return DefaultReleaseAfter
+	case d.deps.ReleaseAfter < 0:
+		return 0
+	default:
+		return d.deps.ReleaseAfter
+	}
+}
+
 // sweep forgets every target whose grace has ended without a backend attaching, then tells
 // their schedulers (outside the lock: a scheduler may run on this goroutine).
+//
+// After a mass collection (at least ReleaseAfter targets, and no other target waiting out
+// its grace: the burst is over) it hands the freed memory back to the operating system at
+// once. Left to itself, an idle gateway keeps it for minutes: with little allocating
+// nothing triggers a collection until the runtime's periodic one (every 2 minutes), and
+// the pages go back to the system gradually after that. Measured after 200 000 targets:
+// 824 MB resident 60 s after the backends expired, 73 MB only 4.5 minutes later. The cost
+// is one garbage collection over a heap that is by then mostly garbage, plus returning
+// the pages, on this goroutine and once per burst.
 func (d *Directory) sweep() {
 	var pids []*actor.PID
 	for {
@@ -191,15 +221,23 @@ func (d *Directory) sweep() {
 		if len(pids) > 0 {
 			d.epoch.Add(1)
 			d.shrinkLocked()
+			d.sinceRelease += len(pids)
 		}
+		release := false
 		if len(d.idle) == 0 {
 			d.idle = nil // let a long queue's array go
+			if n := d.releaseAfter(); !more && n > 0 && d.sinceRelease >= n {
+				d.sinceRelease, release = 0, true
+			}
 		} else if !more {
 			d.armLocked(d.idle[0].since)
 		}
 		d.mu.Unlock()
 		for _, pid := range pids {
 			d.sys.Root.Send(pid, collected{})
+		}
+		if release {
+			d.release()
 		}
 		if !more {
 			return

@@ -46,6 +46,10 @@ type Deps struct {
 	// backend detached (see Directory); 0 means DefaultCollectGrace, a negative value
 	// collects at once.
 	CollectGrace time.Duration
+	// ReleaseAfter is how many targets collected in one burst make the directory hand the
+	// freed memory back to the operating system at the end of the burst (see
+	// Directory.sweep); 0 means DefaultReleaseAfter (10 000), a negative value never.
+	ReleaseAfter int
 }
 
 // State is the scheduler's published state for /debug/state.
