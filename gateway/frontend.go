@@ -133,7 +133,7 @@ func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 	}
 	switch {
 	case ctx.IsPut():
-		reg, err := control.ParseRegistration(id, ctx.PostBody())
+		reg, err := g.limits.ParseRegistration(id, ctx.PostBody())
 		if err != nil {
 			g.metrics.inc(mRegistrations, "result", "invalid")
 			writeError(ctx, fmt.Errorf("%w: %w", ErrBadRequest, err))
@@ -237,7 +237,8 @@ func (g *Gateway) handleDebugState(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
-// writeFleetMetrics writes gauges computed at scrape time: routable backends per target.
+// writeFleetMetrics writes gauges computed at scrape time: routable backends per target and
+// the routing targets (schedulers) alive.
 func (g *Gateway) writeFleetMetrics(ctx *fasthttp.RequestCtx) {
 	counts := map[dispatch.Target]int{}
 	for _, b := range g.fleet.States() {
@@ -254,4 +255,5 @@ func (g *Gateway) writeFleetMetrics(ctx *fasthttp.RequestCtx) {
 	for t, n := range counts {
 		fmt.Fprintf(ctx, "%s %d\n", g.metrics.series(mActiveBackends, "routing_key", t.RoutingKey, "model", t.Model), n)
 	}
+	fmt.Fprintf(ctx, "%s %d\n", g.metrics.series(mRoutingTargets), g.dir.Len())
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
@@ -72,6 +73,11 @@ type Config struct {
 	PublicMetrics bool
 	// MaxAdminBodyBytes bounds a registration body (0 = DefaultMaxAdminBodyBytes).
 	MaxAdminBodyBytes int
+	// MaxModelsPerBackend bounds the models one registration may name (0 = 256).
+	MaxModelsPerBackend int
+	// TargetCollectGrace is how long a routing target whose last backend left keeps its
+	// scheduler before it is collected (0 = 30 s).
+	TargetCollectGrace time.Duration
 	// TLS, when its certificate is set, serves both listeners over TLS (the pair re-read on
 	// change); AdminClientCAFile then requires pylons to present a client certificate
 	// signed by that CA on the admin listener.
@@ -180,6 +186,12 @@ func (c *Config) Validate() error {
 			"anyone who reaches it could register backends and take over traffic; set --control-token-file (or --control-token), "+
 			"or pass --insecure-no-control-auth to run it without authentication", admin))
 	}
+	if c.MaxModelsPerBackend < 0 {
+		errs = append(errs, fmt.Errorf("max-models-per-backend %d must be >= 0", c.MaxModelsPerBackend))
+	}
+	if c.TargetCollectGrace < 0 {
+		errs = append(errs, fmt.Errorf("target-collect-grace %v must be >= 0", c.TargetCollectGrace))
+	}
 	if c.MetricsPrefix != "" && !validMetricPrefix(c.MetricsPrefix) {
 		errs = append(errs, fmt.Errorf("metrics-prefix %q must match [a-zA-Z_][a-zA-Z0-9_]*", c.MetricsPrefix))
 	}
@@ -240,6 +252,7 @@ type Gateway struct {
 	adminTLS             *tls.Config // serverTLS plus the client-certificate check, if any
 	upstreamTLS          *tls.Config
 	listeners            listenerSet
+	limits               control.Limits // what a registration may hold
 	draining             atomic.Bool
 	idSeq                atomic.Uint64
 	idPrefix             string
@@ -281,7 +294,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		defer close(g.watchDone)
 		g.upstream.Watch(g.stopWatch)
 	}()
-	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed})
+	g.limits = control.Limits{MaxModels: cfg.MaxModelsPerBackend, MaxBodyBytes: cfg.MaxAdminBodyBytes}
+	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace})
 	g.fleet = fleet.New(fleet.Deps{
 		Now: deps.Now, Logger: g.log, System: g.sys, Schedulers: g.dir,
 		NewClient: g.newClient, Probe: g.probe, ProbeInterval: cfg.HealthProbeInterval,

@@ -36,6 +36,8 @@ const (
 	mClientCancelled  = "client_cancelled_total"
 	mBackendsExpired  = "backends_expired_total"
 	mInflightRequests = "inflight_requests"
+	// mRoutingTargets is the number of routing targets (routing key × model) with a scheduler.
+	mRoutingTargets = "routing_targets"
 	// mAdminUnauthorized counts admin-listener requests refused for a missing or wrong token.
 	mAdminUnauthorized = "admin_unauthorized_total"
 )

@@ -228,12 +228,13 @@ type resolved struct {
 	entry     lbconfig.Entry
 	pid       *actor.PID // nil: the target was never registered (not kept)
 	ts        *targetSeries
+	epoch     uint64 // the directory's epoch when pid was looked up (a collection changes it)
 }
 
 func (g *Gateway) resolve(rt *routing) (*resolved, error) {
 	cfg := g.lbcfg.Load()
 	if r := g.lastResolved.Load(); r != nil && r.cfg == cfg && r.target.Model == rt.model && r.target.RoutingKey == rt.routingKey &&
-		r.hasMethod == rt.hasMethod && r.method == rt.method {
+		r.hasMethod == rt.hasMethod && r.method == rt.method && r.epoch == g.dir.Epoch() {
 		return r, nil
 	}
 	// A new target: keep copies, not views of this request's headers (see routing).
@@ -243,6 +244,7 @@ func (g *Gateway) resolve(rt *routing) (*resolved, error) {
 		return nil, err //nolint:wrapcheck // wrapped by the caller
 	}
 	r := &resolved{cfg: cfg, method: rt.method, hasMethod: rt.hasMethod, target: dispatch.Target{RoutingKey: rt.routingKey, Model: rt.model}, entry: entry}
+	r.epoch = g.dir.Epoch() // before the lookup: a collection in between makes the next request look again
 	if r.pid = g.dir.Lookup(r.target); r.pid != nil {
 		r.ts = g.metrics.target(r.target)
 		g.lastResolved.Store(r)

@@ -220,8 +220,8 @@ func (c *Config) Validate() error {
 	default:
 		bad("upstream-backend %q must be passthrough or dynamo", c.UpstreamBackend)
 	}
-	if c.MinUpdateInterval <= 0 {
-		bad("min-update-interval-ms must be > 0")
+	if c.MinUpdateInterval < 100*time.Millisecond || c.MinUpdateInterval > time.Minute {
+		bad("min-update-interval-ms %d must be between 100 and 60000 (the heartbeat gateways accept)", c.MinUpdateInterval.Milliseconds())
 	}
 	if c.StatsUpdateCoalesce < 0 {
 		bad("stats-update-coalesce-ms must be ≥ 0")

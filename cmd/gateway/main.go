@@ -32,6 +32,8 @@ type cli struct {
 	MetricsNoAuth                bool          `name:"metrics-no-auth" help:"Serve /metrics on the admin listener without the control token (for scrapers that cannot send one)."`
 	PublicMetrics                bool          `name:"public-metrics" help:"Also serve /metrics on the public listener (it names every backend and model: off by default)."`
 	MaxAdminBodyBytes            int           `name:"max-admin-body-bytes" help:"Largest request body on the admin listener (a registration); larger gets 413." default:"1048576"`
+	MaxModelsPerBackend          int           `name:"max-models-per-backend" help:"Most models one pylon registration may name; more gets 400." default:"256"`
+	TargetCollectGrace           time.Duration `name:"target-collect-grace" help:"How long a routing target (routing key + model) whose last backend left keeps its scheduler; then it is collected and its parked requests answered." default:"30s"`
 	TLSCertFile                  string        `name:"tls-cert-file" help:"PEM certificate: both listeners serve TLS. Re-read when it changes (served to the next new connection)." default:"" type:"path"`
 	TLSKeyFile                   string        `name:"tls-key-file" help:"PEM private key of --tls-cert-file." default:"" type:"path"`
 	AdminTLSClientCAFile         string        `name:"admin-tls-client-ca-file" help:"PEM CA bundle: pylons must present a client certificate it signed on the admin listener (mutual TLS; needs --tls-cert-file)." default:"" type:"path"`
@@ -70,6 +72,9 @@ func (c *cli) Validate() error {
 	if c.ProxyMaxConnectRetries < 0 || c.ProxyMaxRequestRetries < 0 {
 		errs = append(errs, errors.New("--proxy-max-connect-retries and --proxy-max-request-retries must be >= 0"))
 	}
+	if c.MaxModelsPerBackend <= 0 || c.TargetCollectGrace <= 0 {
+		errs = append(errs, errors.New("--max-models-per-backend and --target-collect-grace must be > 0"))
+	}
 	if c.MaxAdminBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-admin-body-bytes %d must be > 0", c.MaxAdminBodyBytes))
 	}
@@ -100,7 +105,7 @@ func (c *cli) Run() error {
 		MinExpiry:           time.Duration(max(c.MinBackendExpiryMs, 1)) * time.Millisecond,
 		AdminListenAddr:     c.AdminListenAddr, ControlToken: c.ControlToken, ControlTokenFile: c.ControlTokenFile,
 		InsecureNoControlAuth: c.InsecureNoControlAuth, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
-		MaxAdminBodyBytes: c.MaxAdminBodyBytes,
+		MaxAdminBodyBytes: c.MaxAdminBodyBytes, MaxModelsPerBackend: c.MaxModelsPerBackend, TargetCollectGrace: c.TargetCollectGrace,
 		TLS:               tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		AdminClientCAFile: c.AdminTLSClientCAFile,
 		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},

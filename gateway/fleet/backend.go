@@ -81,8 +81,8 @@ func (a *backendActor) Receive(c actor.Context) {
 		}
 	case rttMeasured:
 		a.rtt, a.hasRTT = m.rtt, true
-		for name, mv := range a.models {
-			a.notify(name, mv)
+		for _, mv := range a.models {
+			a.notify(mv)
 		}
 	case actors.Tick:
 		a.alarm.Fired()
@@ -160,7 +160,7 @@ func (a *backendActor) onRegistered(m registered) {
 		mv.status, mv.generation, mv.build, mv.stats = rm.Status, next.Generation, next.Build, rm.Stats
 		mv.view.Load, mv.view.SeqEcho = next.Load, next.DispatchSeq
 		mv.view.UpdatedAt = m.at
-		a.notify(name, mv)
+		a.notify(mv)
 	}
 }
 
@@ -176,10 +176,10 @@ func (a *backendActor) onLoad(m *loadReported) {
 	r.MergeInto(&mv.view.Load)
 	mv.view.SeqEcho, mv.build = r.DispatchSeq, r.Build
 	mv.view.UpdatedAt = m.at
-	a.notify(r.Model, mv)
+	a.notify(mv)
 }
 
-func (a *backendActor) notify(model string, mv *modelView) {
+func (a *backendActor) notify(mv *modelView) {
 	v := mv.view
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
 	v.Active = mv.status == control.StatusActive
