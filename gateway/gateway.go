@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon/relay"
@@ -110,6 +111,10 @@ type Config struct {
 	EnablePprof bool
 	// HeadersTimeout bounds the wait for an upstream's response headers.
 	HeadersTimeout time.Duration
+	// ServerLimits are both listeners' connection limits: header, body and idle timeouts,
+	// the connection cap and the memory large request bodies may hold (zero fields: the
+	// defaults of package httpserver).
+	ServerLimits httpserver.Limits
 	// ReloadPoll is how often the lb-config file is checked for changes (0 = default).
 	ReloadPoll time.Duration
 	Seed       uint64
@@ -151,6 +156,7 @@ func (c *Config) withDefaults() Config {
 	set(&out.HeadersTimeout, DefaultHeadersTimeout)
 	set(&out.ReloadPoll, DefaultReloadPoll)
 	set(&out.MinExpiry, DefaultMinExpiry)
+	out.ServerLimits = out.ServerLimits.WithDefaults()
 	if out.MetricsPrefix == "" {
 		out.MetricsPrefix = DefaultMetricsPrefix
 	}
@@ -191,6 +197,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TargetCollectGrace < 0 {
 		errs = append(errs, fmt.Errorf("target-collect-grace %v must be >= 0", c.TargetCollectGrace))
+	}
+	if err := c.ServerLimits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MetricsPrefix != "" && !validMetricPrefix(c.MetricsPrefix) {
 		errs = append(errs, fmt.Errorf("metrics-prefix %q must match [a-zA-Z_][a-zA-Z0-9_]*", c.MetricsPrefix))
@@ -320,19 +329,15 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		NoDefaultServerHeader: true,
 		ErrorHandler:          g.serverError,
 		CloseOnShutdown:       true,
-		ReadTimeout:           adminReadTimeout,
-		IdleTimeout:           adminIdleTimeout,
 		Logger:                slogPrinter{g.log},
 	}
+	// Header, body and idle timeouts and the connection cap on both listeners; request
+	// bodies are read against the limits above as they arrive. No write timeout: a stream
+	// (or a CPU profile on the admin listener) may take as long as it needs.
+	httpserver.Apply(g.server, cfg.ServerLimits, g.serverTLS != nil)
+	httpserver.Apply(g.admin, cfg.ServerLimits, g.adminTLS != nil)
 	return g, nil
 }
-
-// The admin listener's connection timeouts: a registration is one small request a
-// second; a CPU profile may take its requested seconds to write, so no write timeout.
-const (
-	adminReadTimeout = 10 * time.Second
-	adminIdleTimeout = time.Minute
-)
 
 // setUpSecurity loads the control token and the TLS configurations (failing fast on
 // unreadable files).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/calibrate"
@@ -129,6 +130,10 @@ type Config struct {
 	// connections and then their client connections are closed.
 	DrainTimeout        time.Duration
 	MaxRequestBodyBytes int // larger bodies get 413 problem+json (64 MiB)
+	// ServerLimits are both listeners' connection limits: header, body and idle timeouts,
+	// the connection cap and the memory large request bodies may hold (zero fields: the
+	// defaults of package httpserver).
+	ServerLimits httpserver.Limits
 }
 
 // DefaultConfig returns the documented defaults (UpstreamBaseURL still has to be set).
@@ -236,6 +241,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DiscoveryPollInterval <= 0 || c.DrainTimeout < 0 || c.MaxRequestBodyBytes <= 0 {
 		bad("model-discovery-poll-interval-ms, drain-timeout-ms and max-request-body-bytes must be positive")
+	}
+	if err := c.ServerLimits.Validate(); err != nil {
+		bad("%v", err)
 	}
 	if c.FirstOutputTimeout < 0 {
 		bad("first-output-timeout-ms must be ≥ 0 (0 = none)")

@@ -26,6 +26,7 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon/engine"
@@ -151,8 +152,13 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
 	p.admin = &fasthttp.Server{
 		Handler: p.serveAdmin, Name: "switchyard-pylon-admin", NoDefaultServerHeader: true, CloseOnShutdown: true,
-		MaxRequestBodySize: 1 << 10, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute, Logger: fasthttpLogger{p.log},
+		MaxRequestBodySize: 1 << 10, Logger: fasthttpLogger{p.log},
 	}
+	// Header, body and idle timeouts and the connection cap on both listeners; request
+	// bodies are read against the limits as they arrive. No write timeout: a relayed
+	// stream may last as long as the engine generates.
+	httpserver.Apply(p.server, cfg.ServerLimits, p.dataTLS != nil)
+	httpserver.Apply(p.admin, cfg.ServerLimits, p.serverTLS != nil)
 	p.sys = actors.NewSystem(p.log)
 	return p, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/latency"
 	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
@@ -52,6 +53,8 @@ type cli struct {
 	TLSKeyFile            string   `name:"tls-key-file" type:"path" help:"PEM private key of --tls-cert-file."`
 	LogLevel              string   `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	EnableTestControl     bool     `name:"enable-test-control" help:"Serve the fault-injection endpoints under /test-control (tests and benchmarks only: anyone who reaches the engine can then inject failures, hangs and delays). Off: they answer 404."`
+	// The listener's connection limits.
+	Limits httpserver.Flags `embed:""`
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -77,6 +80,7 @@ func (c *cli) config() mock.Config {
 		WriteBufferBytes:       c.WriteBufferBytes,
 		TLS:                    tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		EnableTestControl:      c.EnableTestControl,
+		ServerLimits:           c.Limits.Limits(),
 		Batched: latency.BatchedConfig{
 			Workers:             c.NumGPUWorkers,
 			MaxNumSeqs:          c.MaxNumSeqs,
@@ -93,7 +97,7 @@ func (c *cli) Validate() error {
 	if c.TimeScale <= 0 {
 		return errTimeScale
 	}
-	return c.config().Validate()
+	return errors.Join(c.Limits.Validate(), c.config().Validate())
 }
 
 func (c *cli) Run() error {

@@ -15,6 +15,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
@@ -59,6 +60,8 @@ type cli struct {
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
 	LogLevel                     string        `name:"log-level" help:"Log level." enum:"debug,info,warn,error" default:"info"`
+	// The public and admin listeners' connection limits (each listener has its own cap).
+	Limits httpserver.Flags `embed:""`
 }
 
 func (c *cli) Validate() error {
@@ -81,6 +84,7 @@ func (c *cli) Validate() error {
 	if c.ProxyMaxReplayBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--proxy-max-replay-body-bytes %d must be > 0", c.ProxyMaxReplayBodyBytes))
 	}
+	errs = append(errs, c.Limits.Validate())
 	return errors.Join(errs...)
 }
 
@@ -111,6 +115,7 @@ func (c *cli) Run() error {
 		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},
 		MetricsPrefix:     c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed, EnablePprof: c.EnablePprof,
+		ServerLimits: c.Limits.Limits(),
 	}
 	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})
 	if err != nil {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon"
 	"github.com/switchyard/switchyard/pylon/admission"
@@ -81,6 +83,8 @@ type cli struct {
 	MetricsPrefix              string  `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
 	MaxRequestBodyBytes        int     `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
 	LogLevel                   string  `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	// The data and admin listeners' connection limits (each listener has its own cap).
+	Limits httpserver.Flags `embed:""`
 }
 
 func ms(v uint64) time.Duration {
@@ -108,13 +112,14 @@ func (c *cli) config() pylon.Config {
 	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = ms(c.FirstOutputTimeoutMs), ms(c.StreamIdleTimeoutMs), c.RequireStreaming
+	cfg.ServerLimits = c.Limits.Limits()
 	return cfg
 }
 
 // Validate rejects bad flag values with one line per reason (kong exits non-zero).
 func (c *cli) Validate() error {
 	cfg := c.config()
-	return cfg.Validate()
+	return errors.Join(c.Limits.Validate(), cfg.Validate())
 }
 
 func (c *cli) Run() error {

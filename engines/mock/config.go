@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engines/latency"
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
@@ -90,6 +91,10 @@ type Config struct {
 	EnableTestControl bool
 	// TLS serves HTTPS when its certificate is set (the pair re-read when it changes).
 	TLS tlsx.ServerOptions
+	// ServerLimits are the listener's connection limits: header, body and idle timeouts,
+	// the connection cap and the memory large request bodies may hold (zero fields: the
+	// defaults of package httpserver).
+	ServerLimits httpserver.Limits
 }
 
 // ErrConfig is the class of configuration errors.
@@ -182,6 +187,9 @@ func (c Config) Validate() error {
 		if f.n != 0 && f.n < MinBufferBytes {
 			bad("%s is %d, want 0 (default) or ≥ %d", f.name, f.n, MinBufferBytes)
 		}
+	}
+	if err := c.ServerLimits.Validate(); err != nil {
+		bad("%v", err)
 	}
 	if err := c.Batched.Validate(); err != nil {
 		// One line per bad batched field, each marked as a config error.

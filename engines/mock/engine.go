@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/kvcache"
 	"github.com/switchyard/switchyard/engines/latency"
+	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
@@ -141,6 +142,9 @@ func New(cfg Config, deps Deps) (*Engine, error) {
 		ReduceMemoryUsage: true,
 		Logger:            fasthttpLogger{e.log},
 	}
+	// Header, body and idle timeouts and the connection cap; request bodies are read
+	// against the hard cap as they arrive. No write timeout: a stream may be long.
+	httpserver.Apply(e.server, cfg.ServerLimits, e.tls != nil)
 	if e.sim != nil {
 		e.driverDone = make(chan struct{})
 		go e.drive()
