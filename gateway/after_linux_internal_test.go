@@ -7,7 +7,7 @@ import (
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
-// Client connections are accepted with raw socket I/O (README "Raw socket I/O"): losing
+// Client connections are accepted with raw socket I/O (docs/gateway.md, "Raw socket I/O"): losing
 // the wrapper would silently bring back a sysmon wake-up on every read and write.
 func TestClientConnectionsUseRawIO(t *testing.T) {
 	ln, _ := mocktest.Loopback(t)

@@ -346,7 +346,7 @@ func (f *Fleet) waitHealthy(ctx context.Context, procs []*Proc, path string, tim
 	})
 }
 
-// Readiness assumptions about the gateway (documented in the bench README):
+// Readiness assumptions about the gateway (docs/bench.md):
 // GET /v1/models lists the model ids that have a routable backend (OpenAI list shape),
 // and GET /debug/state is a JSON object with a top-level "backends" array whose entries
 // carry "routable": true once registered, active and probed.

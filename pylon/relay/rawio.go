@@ -18,7 +18,7 @@ import "net"
 // take the P from a syscall that blocks) resumes at the process's next timer or ordinary
 // syscall; these calls neither block nor run long. Measured with `make overhead` (every
 // component in its own process): the gateway's added latency fell by about a third and its
-// CPU per request by a third (README: "Raw socket I/O" in the gateway section, and
+// CPU per request by a third (docs/gateway.md, "Raw socket I/O", and
 // Performance).
 
 // RawListener accepts connections with raw reads and writes.
