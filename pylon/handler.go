@@ -32,8 +32,8 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 	p.proxy(ctx)
 }
 
-// serveAdmin is the admin listener's handler: /metrics, /healthz (the process runs) and
-// /readyz (not draining).
+// serveAdmin is the admin listener's handler: /metrics, /healthz (the process runs),
+// /readyz (not draining) and /debug/engine (the engine's names, metrics scrape and canaries).
 func (p *Pylon) serveAdmin(ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) {
 	case "/metrics":
@@ -44,6 +44,8 @@ func (p *Pylon) serveAdmin(ctx *fasthttp.RequestCtx) {
 	case "/healthz":
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
+	case "/debug/engine":
+		p.serveEngineDebug(ctx)
 	case "/readyz":
 		ctx.SetContentType("application/json")
 		if p.draining.Load() {

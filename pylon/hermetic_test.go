@@ -125,7 +125,9 @@ func (h *hermetic) close() []received {
 	if h.runErr != nil {
 		h.t.Errorf("Run: %v", h.runErr)
 	}
-	_ = h.engine.Close()
+	if h.engine != nil { // nil: a stand-in engine among h.servers
+		_ = h.engine.Close()
+	}
 	for _, s := range h.servers {
 		_ = s.Shutdown()
 	}

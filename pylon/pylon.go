@@ -98,6 +98,9 @@ type Pylon struct {
 	lookupHost func(ctx context.Context, host string) ([]string, error)
 	draining   atomic.Bool
 	inflight   atomic.Int64
+	// eng is what the pylon knows of the engine beyond the data path: served names,
+	// the metrics scrape's model mapping, canary outcomes (enginemodels.go).
+	eng engineState
 }
 
 // New validates cfg and builds a pylon that is not yet running.
@@ -417,11 +420,6 @@ func (p *Pylon) EnginePing(model string, r *stats.ConcurrencyReport) {
 
 // EngineKV implements engine.Sink.
 func (p *Pylon) EngineKV(model string, kv stats.KVStats) { p.update(model, stats.Update{KV: &kv}) }
-
-// EngineMetrics implements engine.Sink.
-func (p *Pylon) EngineMetrics(model string, m stats.EngineMetrics) {
-	p.update(model, stats.Update{Metrics: &m})
-}
 
 // transport performs one control-plane request.
 func (p *Pylon) transport(_ context.Context, method, uri, token string, body []byte) (int, []byte, error) {
@@ -783,8 +781,17 @@ func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Go(func() { kv.Run(ctx) })
 	}
 	if d := p.cfg.EngineMetrics; d == engine.DialectVLLM || d == engine.DialectSGLang {
-		sc := &engine.Poller{Client: p.client, BaseURL: base, Path: "/metrics", Sink: p, Logger: p.log, Dialect: d}
+		sc := &engine.Poller{
+			Client: p.client, BaseURL: base, Path: "/metrics", Sink: p, Logger: p.log, Dialect: d,
+			Metrics: engine.StreamMetrics{Set: p.metrics.set, Prefix: p.cfg.MetricsPrefix}, Now: p.now,
+		}
+		p.eng.mu.Lock()
+		p.eng.poller = sc
+		p.eng.mu.Unlock()
 		wg.Go(func() { sc.Run(ctx) })
+	}
+	if len(p.cfg.ModelNames) > 0 { // discovered names are the engine's own
+		wg.Go(func() { p.watchServedModels(ctx) })
 	}
 }
 

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -22,7 +25,10 @@ type Sink interface {
 	EngineStats(model string, ev *stats.RequestEvent)
 	EnginePing(model string, report *stats.ConcurrencyReport)
 	EngineKV(model string, kv stats.KVStats)
-	EngineMetrics(model string, m stats.EngineMetrics)
+	// EngineMetrics receives one whole scrape of the engine's /metrics, keyed by the
+	// engine's model names ("" only when no series names a model), so that the sink can
+	// hand each of its models exactly one entry per scrape.
+	EngineMetrics(byEngineModel map[string]stats.EngineMetrics)
 }
 
 // Doer performs one HTTP exchange (a *fasthttp.HostClient).
@@ -45,7 +51,7 @@ const (
 	PollTimeout      = time.Second
 )
 
-// StreamMetrics are the stats-stream metric families (REFERENCE.md §4.8).
+// StreamMetrics are where the stats stream and the metrics poller count what they see.
 type StreamMetrics struct {
 	Set    *metrics.Set
 	Prefix string
@@ -219,6 +225,39 @@ type Poller struct {
 	Logger  *slog.Logger
 	// Dialect is "" for the /kv-cache/stats JSON, else vllm or sglang (/metrics text).
 	Dialect string
+	// Metrics counts scrapes of /metrics by result and the scrapes whose counters gave no
+	// rate by reason (optional).
+	Metrics StreamMetrics
+	// Now is the clock of the counter rates (default time.Now).
+	Now func() time.Time
+
+	rates  Rates
+	mu     sync.Mutex
+	status ScrapeStatus
+}
+
+// ScrapeStatus is the state of the /metrics scraper, for the pylon's debug output.
+type ScrapeStatus struct {
+	Dialect      string    `json:"dialect"`
+	LastAt       time.Time `json:"last_scrape_at,omitzero"`
+	LastOK       bool      `json:"last_scrape_ok"`
+	LastError    string    `json:"last_error,omitempty"`
+	Scrapes      uint64    `json:"scrapes"`
+	Failures     uint64    `json:"failures"`
+	EngineModels []string  `json:"engine_models,omitempty"` // model names of the last good scrape
+	// CounterResets counts scrapes whose token counters belonged to another engine process
+	// than the previous scrape's (an engine restart): they gave no rate.
+	CounterResets uint64 `json:"counter_resets"`
+}
+
+// Status returns the scraper's state.
+func (p *Poller) Status() ScrapeStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.status
+	s.Dialect = p.Dialect
+	s.EngineModels = slices.Clone(s.EngineModels)
+	return s
 }
 
 // Run polls until ctx is done.
@@ -244,6 +283,15 @@ type kvBody struct {
 	Free     *uint64 `json:"kv_cache_free_tokens"`
 }
 
+// Scrape results (engine_metrics_scrapes_total{result}).
+const (
+	ScrapeOK             = "ok"
+	ScrapeError          = "error"          // no answer (connection refused, timeout)
+	ScrapeStatusCode     = "status"         // an answer other than 200
+	ScrapeBadExposition  = "bad_exposition" // a body that is not Prometheus text
+	scrapeFailedLogEvery = 60               // failed scrapes between two warnings
+)
+
 func (p *Poller) once() error {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
@@ -251,11 +299,24 @@ func (p *Poller) once() error {
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(p.BaseURL + p.Path)
 	req.SetTimeout(PollTimeout)
-	if err := p.Client.Do(req, resp); err != nil {
+	if p.Dialect != "" {
+		// The classic text format: Prometheus' Python client answers OpenMetrics only to
+		// clients asking for it.
+		req.Header.Set("Accept", "text/plain; version=0.0.4")
+	}
+	err := p.Client.Do(req, resp)
+	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
+		err = fmt.Errorf("status %d", resp.StatusCode())
+		if p.Dialect != "" {
+			p.scraped(ScrapeStatusCode, err, nil)
+		}
 		return err
 	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return fmt.Errorf("status %d", resp.StatusCode())
+	if err != nil {
+		if p.Dialect != "" {
+			p.scraped(ScrapeError, err, nil)
+		}
+		return err
 	}
 	if p.Dialect == "" {
 		kv, model, err := ParseKV(resp.Body())
@@ -267,12 +328,86 @@ func (p *Poller) once() error {
 	}
 	byModel, err := ParseMetrics(p.Dialect, resp.Body())
 	if err != nil {
+		p.scraped(ScrapeBadExposition, err, nil)
 		return err
 	}
-	for model, m := range byModel {
-		p.Sink.EngineMetrics(model, m)
-	}
+	p.Sink.EngineMetrics(p.convert(byModel))
+	p.scraped(ScrapeOK, nil, byModel)
 	return nil
+}
+
+// convert turns parsed figures into the sink's form, counters into rates.
+func (p *Poller) convert(byModel map[string]Figures) map[string]stats.EngineMetrics {
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	at := now()
+	out := make(map[string]stats.EngineMetrics, len(byModel))
+	for model, f := range byModel {
+		m := stats.EngineMetrics{KVUsage: f.KVUsage, KVCapacityTokens: f.KVCapacityTokens, MeanPromptTokens: f.MeanPromptTokens}
+		if !math.IsNaN(f.Running) || !math.IsNaN(f.Waiting) {
+			m.HasLoad = true
+			m.Running, m.Waiting = count(f.Running), count(f.Waiting)
+		}
+		var skip string
+		m.GenerationTPS, m.PromptTPS, skip = p.rates.Observe(model, &f, at)
+		if skip != "" {
+			p.Metrics.counter(`engine_metrics_rate_skips_total{reason="` + skip + `"}`).Inc()
+		}
+		if skip == RateReset {
+			p.mu.Lock()
+			p.status.CounterResets++
+			p.mu.Unlock()
+			p.Logger.Info("engine_counters_reset", "engine_model", model)
+		}
+		out[model] = m
+	}
+	p.rates.Retain(func(model string) bool { _, ok := byModel[model]; return ok })
+	return out
+}
+
+// count converts a scraped count (NaN = not exported) to an integer.
+func count(v float64) uint64 {
+	if math.IsNaN(v) || v <= 0 {
+		return 0
+	}
+	if v >= math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint64(math.Round(v))
+}
+
+// scraped records a scrape's result; failures are logged when they start, every
+// scrapeFailedLogEvery-th time, and when scraping recovers.
+func (p *Poller) scraped(result string, err error, byModel map[string]Figures) {
+	p.Metrics.counter(`engine_metrics_scrapes_total{result="` + result + `"}`).Inc()
+	p.mu.Lock()
+	wasOK, failures := p.status.LastOK || p.status.Scrapes == 0, p.status.Failures
+	p.status.Scrapes++
+	p.status.LastAt = time.Now()
+	if p.Now != nil {
+		p.status.LastAt = p.Now()
+	}
+	p.status.LastOK = err == nil
+	p.status.LastError = ""
+	if err != nil {
+		p.status.Failures++
+		p.status.LastError = err.Error()
+	} else {
+		p.status.EngineModels = p.status.EngineModels[:0]
+		for m := range byModel {
+			p.status.EngineModels = append(p.status.EngineModels, m)
+		}
+		slices.Sort(p.status.EngineModels)
+	}
+	p.mu.Unlock()
+	switch {
+	case err != nil && (wasOK || (failures+1)%scrapeFailedLogEvery == 0):
+		p.Logger.Warn("engine_metrics_scrape_failed", "url", p.BaseURL+p.Path, "dialect", p.Dialect, "result", result, "err", err)
+	case err == nil && !wasOK:
+		p.Logger.Info("engine_metrics_scrape_recovered", "url", p.BaseURL+p.Path, "dialect", p.Dialect)
+	}
 }
 
 // ErrBadKVStats is returned for a /kv-cache/stats body without the three token fields.

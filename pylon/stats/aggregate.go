@@ -112,11 +112,10 @@ type Aggregate struct {
 	streamActiveAt time.Time
 	lastOutputAt   time.Time
 
-	scrape         EngineMetrics
-	scrapeAt       time.Time
-	engineRunning  uint64
-	engineWaiting  uint64
-	haveEngineLoad bool
+	// engine is the last scrape of the engine's own metrics, engineAt when it arrived
+	// (zero: none, or it went stale; see EngineViewTTL).
+	engine   EngineMetrics
+	engineAt time.Time
 
 	// Scratch reused by Admit and the estimates (the owner serializes access).
 	others   load.Load
@@ -143,9 +142,18 @@ func (a *Aggregate) Generation() uint64 { return a.generation }
 // Input exposes the input throughput distribution (read-only use).
 func (a *Aggregate) Input() *Throughput { return &a.input }
 
-// EngineLoad returns the running and waiting counts last scraped from the engine's metrics.
-func (a *Aggregate) EngineLoad() (running, waiting uint64, ok bool) {
-	return a.engineRunning, a.engineWaiting, a.haveEngineLoad
+// EngineLoad returns the running and waiting counts last scraped from the engine's metrics;
+// ok is false when there is no such scrape, it carried no counts, or it is older than
+// EngineViewTTL at now.
+func (a *Aggregate) EngineLoad(now time.Time) (running, waiting uint64, ok bool) {
+	if !a.engineFresh(now) || !a.engine.HasLoad {
+		return 0, 0, false
+	}
+	return a.engine.Running, a.engine.Waiting, true
+}
+
+func (a *Aggregate) engineFresh(now time.Time) bool {
+	return !a.engineAt.IsZero() && now.Sub(a.engineAt) < EngineViewTTL
 }
 
 // MaxEngineConcurrency is the effective engine limit: the engine's report when positive,
@@ -289,14 +297,32 @@ type KVStats struct {
 	CapacityTokens, UsedTokens, FreeTokens uint64
 }
 
-// EngineMetrics are figures scraped from an engine's Prometheus /metrics.
+// EngineMetrics are one model's figures from one scrape of the engine's Prometheus
+// /metrics: gauges as the engine reported them, counters already turned into rates by the
+// scraper (a cumulative counter is never a rate by itself).
 type EngineMetrics struct {
-	Running, Waiting      uint64
-	KVUsage               float64 // fraction 0..1; NaN when not exported
-	KVCapacityTokens      uint64  // 0 when not exported
-	PromptTokensTotal     float64 // cumulative counter
-	GenerationTokensTotal float64 // cumulative counter
+	// Running and Waiting are the engine's own request counts, over every client of the
+	// engine; HasLoad is false when the engine exports neither.
+	Running, Waiting uint64
+	HasLoad          bool
+	KVUsage          float64 // fraction 0..1 of the KV cache in use; NaN when not exported
+	KVCapacityTokens uint64  // 0 when not exported (the last known capacity is kept)
+	// MeanPromptTokens is the engine's mean prompt length (0 = unknown); it prices the
+	// waiting requests the pylon did not relay.
+	MeanPromptTokens float64
+	// GenerationTPS and PromptTPS are counter rates between this scrape and the previous
+	// scrape of the same engine process (0 = no sample). PromptTPS is only measured while
+	// the engine had a queue in both scrapes: prefill then runs flat out.
+	GenerationTPS, PromptTPS float64
+	// Shared is set when other backends of the cluster front the same engine: its counts
+	// then enter only the cluster-scoped fields (see LoadInto), and its rates none.
+	Shared bool
 }
+
+// EngineViewTTL is how long a scrape of the engine's metrics stays part of the published
+// load: a few scrape intervals, so a scraper that stopped getting answers does not pin the
+// engine's last counts.
+const EngineViewTTL = 5 * time.Second
 
 // Update is the single model update type: engine stats, concurrency reports, KV figures
 // and scraped metrics all travel through it, tagged with the generation they were meant
@@ -378,36 +404,39 @@ func (a *Aggregate) applyStats(ev *RequestEvent, now time.Time) {
 
 func (a *Aggregate) applyMetrics(m *EngineMetrics, now time.Time) {
 	a.label(SourceEngineMetrics, CapabilityEngineScrape)
-	a.engineRunning, a.engineWaiting, a.haveEngineLoad = m.Running, m.Waiting, true
-	if m.KVCapacityTokens > 0 && !math.IsNaN(m.KVUsage) {
-		used := uint64(math.Round(math.Max(0, math.Min(1, m.KVUsage)) * float64(m.KVCapacityTokens)))
-		a.kvCapacity, a.kvUsed, a.kvFree = m.KVCapacityTokens, used, m.KVCapacityTokens-used
+	a.engine, a.engineAt = *m, now
+	if m.KVCapacityTokens > 0 {
+		a.kvCapacity = m.KVCapacityTokens
 	}
-	prev, prevAt := a.scrape, a.scrapeAt
-	a.scrape, a.scrapeAt = *m, now
-	if prevAt.IsZero() {
-		return
+	if a.kvCapacity > 0 {
+		if !math.IsNaN(m.KVUsage) {
+			a.kvUsed = uint64(math.Round(math.Max(0, math.Min(1, m.KVUsage)) * float64(a.kvCapacity)))
+		}
+		a.kvUsed = min(a.kvUsed, a.kvCapacity)
+		a.kvFree = a.kvCapacity - a.kvUsed
 	}
-	d := now.Sub(prevAt)
-	if d < MinSampleSpacing {
-		return
+	if m.Shared {
+		return // engine-wide rates would be counted once per backend of the cluster
 	}
-	if g := m.GenerationTokensTotal - prev.GenerationTokensTotal; g > 0 {
-		a.output.Add(g / d.Seconds())
+	if m.GenerationTPS > 0 {
+		a.output.Add(m.GenerationTPS)
 		a.lastOutputAt = now
 	}
-	// Prompt tokens per second measure capacity only while the engine has a queue: then
-	// prefill runs flat out. Without a queue they measure the offered load.
-	if p := m.PromptTokensTotal - prev.PromptTokensTotal; p > 0 && m.Waiting > 0 && prev.Waiting > 0 {
-		a.input.Add(p / d.Seconds())
+	if m.PromptTPS > 0 {
+		a.input.Add(m.PromptTPS)
 	}
 }
 
-// Sweep drops engine request state idle for RequestStateTTL and clears the output
-// throughput when no output sample arrived for ModelStatsTTL (input throughput is
-// sticky). It reports whether anything changed.
+// Sweep drops engine request state idle for RequestStateTTL, drops the engine's scraped
+// counts once older than EngineViewTTL, and clears the output throughput when no output
+// sample arrived for ModelStatsTTL (input throughput is sticky). It reports whether
+// anything changed.
 func (a *Aggregate) Sweep(now time.Time) bool {
 	changed := false
+	if !a.engineAt.IsZero() && !a.engineFresh(now) {
+		a.engineAt = time.Time{} // the engine's counts leave the published load
+		changed = true
+	}
 	for id, er := range a.engineReqs {
 		if now.Sub(er.lastSeen) >= RequestStateTTL || (er.finished && now.Sub(er.lastSeen) >= ModelStatsTTL) {
 			delete(a.engineReqs, id)
@@ -430,39 +459,87 @@ func (a *Aggregate) Load(now time.Time) load.Load {
 // LoadInto writes the published view at now into l without allocating when buf has room
 // for the queue estimates: they are appended to buf[:0]. Capabilities and Sources share
 // the aggregate's copy-on-write slices, so l stays valid after later changes.
+//
+// While a scrape of the engine's own metrics is fresh (EngineViewTTL), the engine's counts
+// and the pylon's own are combined (see combineEngine).
 func (a *Aggregate) LoadInto(l *load.Load, now time.Time, buf []load.PriorityEstimate) {
 	tps := a.input.Published()
+	own := a.tokens[Pending] + a.tokens[InputProcessing]
+	c := a.combineEngine(now)
 	*l = load.Load{
 		InputTPS:                 tps,
 		OutputTPS:                a.output.Mean(),
 		MaxOutputTPS:             a.output.Max(),
-		QueueSize:                a.count[Pending] + a.count[InputProcessing],
-		QueuedInputTokens:        a.tokens[Pending] + a.tokens[InputProcessing],
-		RunningRequests:          uint64(len(a.reqs)),
+		QueueSize:                c.queue,
+		QueuedInputTokens:        own + c.extraWork,
+		RunningRequests:          c.running,
 		MaxEngineConcurrency:     a.MaxEngineConcurrency(),
-		TotalInputTokens:         a.tokens[Pending] + a.tokens[InputProcessing] + a.tokens[OutputGeneration],
+		TotalInputTokens:         own + a.tokens[OutputGeneration] + c.extraWork,
 		InputProcessingRequests:  a.count[InputProcessing],
 		OutputGenerationRequests: a.count[OutputGeneration],
 		KVCapacityTokens:         a.kvCapacity,
 		KVUsedTokens:             a.kvUsed,
 		KVFreeTokens:             a.kvFree,
 		ObservedAtUnixMilli:      now.UnixMilli(),
-		QueueEstimates:           a.appendQueueEstimates(buf, tps),
+		QueueEstimates:           a.appendQueueEstimates(buf, tps, c.extraWork),
 		Capabilities:             a.caps,
 		Sources:                  a.sources,
 	}
 }
 
-// appendQueueEstimates is the priority map of REFERENCE.md §4.3 #12, appended to buf[:0]:
-// for each priority with prompt work, ceil(cumulative work at priority ≤ p / tps × 1000).
-// InputProcessing work counts at priority 0 (it is ahead of everyone), Pending work at its
-// own priority. An explicit empty (non-nil) slice when tps is valid and nothing is queued;
-// nil when tps is unknown.
-func (a *Aggregate) appendQueueEstimates(buf []load.PriorityEstimate, tps float64) []load.PriorityEstimate {
+// combined is the published running count and queue size, and the prompt work of the
+// engine's waiting requests the pylon does not account itself.
+type combined struct {
+	running, queue, extraWork uint64
+}
+
+// combineEngine merges the engine's view with the pylon's own:
+//
+//   - running requests: the maximum of the engine's running count and the pylon's live
+//     requests (the pylon's count is fresher; the engine's includes other clients);
+//   - queue size: the maximum of the engine's waiting count and the pylon's own queue
+//     (Pending and InputProcessing requests);
+//   - queued work: the pylon's prompt tokens of the requests it relayed, plus, for the
+//     waiting requests beyond its own queue, the engine's mean prompt length each (the
+//     pylon's mean over its live requests when the engine exports none; nothing when
+//     neither is known).
+//
+// For an engine shared with other backends of the cluster (Shared) only the running count
+// is combined: gateways sum queue sizes and queued work over a cluster's backends, and each
+// of them sees the same engine, while the running count is cluster-scoped (the latest
+// backend's value is used, not a sum). Without a fresh engine view it is the pylon's own.
+func (a *Aggregate) combineEngine(now time.Time) combined {
+	c := combined{running: uint64(len(a.reqs)), queue: a.count[Pending] + a.count[InputProcessing]}
+	e := &a.engine
+	if !e.HasLoad || !a.engineFresh(now) {
+		return c
+	}
+	c.running = max(c.running, e.Running)
+	if e.Shared || e.Waiting <= c.queue {
+		return c
+	}
+	extra := e.Waiting - c.queue
+	c.queue = e.Waiting
+	mean := e.MeanPromptTokens
+	if (mean <= 0 || math.IsNaN(mean)) && len(a.reqs) > 0 {
+		mean = float64(a.tokens[Pending]+a.tokens[InputProcessing]+a.tokens[OutputGeneration]) / float64(len(a.reqs))
+	}
+	if mean > 0 && !math.IsInf(mean, 0) {
+		c.extraWork = uint64(math.Min(math.Round(mean*float64(extra)), 1<<53))
+	}
+	return c
+}
+
+// appendQueueEstimates is the published priority map, appended to buf[:0]: for each
+// priority with prompt work, ceil(cumulative work at priority ≤ p / tps × 1000).
+// InputProcessing work and the engine's waiting work the pylon did not relay (extra) count
+// at priority 0 (they are ahead of everyone), Pending work at its own priority. An explicit
+// empty (non-nil) slice when tps is valid and nothing is queued; nil when tps is unknown.
+func (a *Aggregate) appendQueueEstimates(buf []load.PriorityEstimate, tps float64, extra uint64) []load.PriorityEstimate {
 	if !load.ValidTPS(tps) {
 		return nil
 	}
-	ip := a.tokens[InputProcessing]
+	ip := a.tokens[InputProcessing] + extra
 	n := len(a.pendingWork) + 1
 	out := buf[:0]
 	if out == nil {

@@ -233,22 +233,6 @@ func TestFallbackSamples(t *testing.T) {
 	}
 }
 
-func TestEngineMetricsUpdates(t *testing.T) {
-	t.Parallel()
-	a := stats.NewAggregate("m", 1, stats.Options{})
-	m1 := stats.EngineMetrics{Running: 4, Waiting: 2, KVUsage: 0.25, KVCapacityTokens: 1000, PromptTokensTotal: 1000, GenerationTokensTotal: 50}
-	m2 := stats.EngineMetrics{Running: 4, Waiting: 1, KVUsage: 0.5, KVCapacityTokens: 1000, PromptTokensTotal: 3000, GenerationTokensTotal: 150}
-	a.Apply(&stats.Update{Generation: 1, Metrics: &m1}, t0)
-	a.Apply(&stats.Update{Generation: 1, Metrics: &m2}, t0.Add(time.Second))
-	l := a.Load(t0)
-	if l.KVUsedTokens != 500 || l.KVFreeTokens != 500 || l.OutputTPS != 100 || a.Input().Count() != 1 || a.Input().Mean() != 2000 {
-		t.Errorf("metrics: %+v input %v", l, a.Input().Mean())
-	}
-	if r, w, ok := a.EngineLoad(); r != 4 || w != 1 || !ok {
-		t.Errorf("engine load %d %d %v", r, w, ok)
-	}
-}
-
 // A request's whole life in the aggregate — admission, engine headers, first output,
 // finish — allocates nothing once warm (requests are kept by value).
 func TestRequestLifecycleAllocatesNothing(t *testing.T) {
