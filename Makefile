@@ -14,7 +14,7 @@ BENCHCOUNT ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build test race cover e2e fuzz bench lint fmt tidy-check tools demo overhead clean
+.PHONY: help build test race cover e2e fuzz bench lint fmt tidy-check tools demo overhead chaos soak clean
 
 help: ## List the targets with a one-line description each.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,12 @@ demo: build ## Compare four routing algorithms on a prefix-reuse workload on loc
 
 overhead: build ## Latency the pylon and the gateway add vs a bare fasthttp proxy, each component in its own process (~1 min).
 	./$(BIN)/bench overhead
+
+chaos: build ## Fault suite on a local 2-backend fleet, checked against budgets (~3 min; CHAOS_FLAGS="--short" for the CI subset, "--out FILE" for markdown).
+	./$(BIN)/bench chaos $(CHAOS_FLAGS)
+
+soak: build ## 10 minutes of mixed load with a fault every 30 s: outcome accounting, heap growth, goroutines (SOAK_FLAGS="--duration 2m").
+	./$(BIN)/bench soak $(SOAK_FLAGS)
 
 clean: ## Remove bin/, out/ and test artefacts.
 	rm -rf $(BIN) out cover.out
