@@ -82,9 +82,10 @@ func (s *standIn) chat(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"object":"error","message":"The model ` + "`" + req.Model + "`" + ` does not exist.","type":"NotFoundError","param":null,"code":404}`)
 		return
 	}
+	n := min(*req.MaxTokens, 2) // "2", then the end of the answer
 	ctx.SetBodyString(`{"id":"chatcmpl-1","object":"chat.completion","model":` + strconv.Quote(req.Model) +
 		`,"choices":[{"index":0,"message":{"role":"assistant","content":"2"},"finish_reason":"stop"}],` +
-		`"usage":{"prompt_tokens":13,"completion_tokens":2,"total_tokens":15}}`)
+		`"usage":{"prompt_tokens":13,"completion_tokens":` + strconv.Itoa(n) + `,"total_tokens":` + strconv.Itoa(13+n) + `}}`)
 }
 
 func mustFloat(s string) float64 {
@@ -351,6 +352,77 @@ func TestRealEngineSharedClusterDoesNotDoubleCount(t *testing.T) {
 			t.Errorf("shared engine: %+v, want running 3 and an empty queue of this backend's own", st)
 		}
 		h.close()
+	})
+}
+
+// The canary sends what real engines accept (a chat completion with the served name,
+// max_tokens and a unique x-request-id); a model the engine does not serve fails it with
+// reason model_not_found, shown in /debug/engine (with the engine's message and names),
+// in pylon_canary_failures_total and once in the log.
+func TestRealEngineCanary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const model = "meta-llama/Llama-3.1-8B-Instruct"
+		s := &standIn{exposition: fixture(t, "vllm_v0.10.txt"), models: vllmModels(model, model), served: []string{model}}
+		cfg := realEngineConfig("vllm", model)
+		cfg.CanaryInterval, cfg.CanaryTimeout = time.Second, 500*time.Millisecond
+		h := newStandInHermetic(t, cfg, s)
+		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == control.StatusActive })
+		time.Sleep(3 * time.Second)
+		s.mu.Lock()
+		ids := slices.Clone(s.canaryIDs)
+		s.served = []string{"llama"} // the engine restarted with another --served-model-name
+		s.mu.Unlock()
+		if len(ids) < 2 || ids[0] != "canary-pylon-1" || ids[1] != "canary-pylon-2" {
+			t.Errorf("canary request ids %v", ids)
+		}
+		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == control.StatusInactive })
+		time.Sleep(2 * time.Second)
+		var d struct {
+			Models map[string]struct {
+				Canary struct {
+					Result, Reason, Detail string
+					Failures               int `json:"consecutive_failures"`
+				} `json:"canary"`
+			} `json:"models"`
+		}
+		if err := json.Unmarshal([]byte(adminGet(t, h, "/debug/engine")), &d); err != nil {
+			t.Fatal(err)
+		}
+		c := d.Models[model].Canary
+		if c.Result != "failed" || c.Reason != "model_not_found" || c.Failures < 2 ||
+			!strings.Contains(c.Detail, "status 404: The model `"+model+"` does not exist.") {
+			t.Errorf("/debug/engine canary: %+v", c)
+		}
+		m := adminGet(t, h, "/metrics")
+		if !strings.Contains(m, `pylon_canary_failures_total{model="`+model+`",reason="model_not_found"}`) {
+			t.Errorf("metrics lack the canary failure reason")
+		}
+		if got := h.logs.matching("canary_failed"); len(got) != 1 || !strings.Contains(got[0], "reason=model_not_found") {
+			t.Errorf("canary_failed logged %q, want once with the reason", got)
+		}
+		s.mu.Lock()
+		s.served = []string{model}
+		s.mu.Unlock()
+		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == control.StatusActive })
+		if got := h.logs.matching("canary_passed"); len(got) != 1 {
+			t.Errorf("canary_passed logged %q, want once", got)
+		}
+		h.close()
+
+		// A threshold of 1 (max_tokens 1) checks liveness only: one generated token is
+		// no runaway. With threshold 2 the same answer is one.
+		for threshold, want := range map[int]string{1: control.StatusActive, 2: control.StatusInactive} {
+			cfg.CanaryThreshold = threshold
+			h := newStandInHermetic(t, cfg, s)
+			h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == want })
+			time.Sleep(3 * time.Second)
+			for len(h.regs) > 0 {
+				if r := <-h.regs; r.reg.Models[model].Status != want {
+					t.Errorf("threshold %d: %s, want %s throughout", threshold, r.reg.Models[model].Status, want)
+				}
+			}
+			h.close()
+		}
 	})
 }
 

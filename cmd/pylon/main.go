@@ -36,7 +36,7 @@ type cli struct {
 	GatewayDNSIntervalMs         uint64   `name:"gateway-dns-interval-ms" default:"5000" help:"How often --gateway-dns is re-resolved."`
 	ActiveCanaryIntervalMs       uint64   `name:"active-canary-interval-ms" default:"5000" help:"Period of the canary completion sent to the engine (0 disables canaries); a failing or runaway canary advertises the models INACTIVE."`
 	BringupCanaryTimeoutMs       uint64   `name:"bringup-canary-timeout-ms" default:"5000" help:"Longest wait for a canary's answer."`
-	CanaryMaxGenerationThreshold int      `name:"canary-max-generation-threshold" default:"237" help:"The canary's max_tokens; a canary that generates exactly this many tokens is a runaway generation."`
+	CanaryMaxGenerationThreshold int      `name:"canary-max-generation-threshold" default:"237" help:"The canary's max_tokens; a canary that generates exactly this many tokens is a runaway generation (1: a liveness check only, for reasoning models)."`
 	AdvertiseURL                 string   `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
 	InferenceServerID            string   `name:"inference-server-id" default:"pylon" help:"Backend id."`
 	ClusterID                    string   `name:"cluster-id" help:"Cluster id (default = inference server id)."`
