@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"io"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -200,8 +201,12 @@ func releaseDelay() time.Duration {
 	return max(time.Second, time.Until(next))
 }
 
+// freeOSMemory collects twice, so that buffers the last collection moved out of the
+// pools (sync.Pool keeps them for one more cycle) are freed too, and returns the free
+// memory to the system.
 func freeOSMemory() {
 	lastHandBack.Store(time.Now().UnixNano())
+	runtime.GC()
 	debug.FreeOSMemory()
 }
 

@@ -140,7 +140,8 @@ func Idle(tb testing.TB, d Dial, req string, wantStatus int, timeout time.Durati
 
 // ConnCap checks that with maxConns connections open (each has had req answered with
 // wantStatus) one more is answered 503 or closed without an answer, and that a new
-// connection is served again once one of the others is closed.
+// connection is served again once one of the others is closed. The connections still open
+// are closed on return: in a synctest bubble, synctest.Wait before the next connection.
 func ConnCap(tb testing.TB, d Dial, req string, wantStatus, maxConns int) {
 	tb.Helper()
 	open := make([]net.Conn, 0, maxConns)
