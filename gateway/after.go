@@ -51,6 +51,7 @@ type clientConn struct {
 	socket net.Conn // the TCP connection beneath TLS (Conn itself when plain)
 	tls    bool
 	after  afterResponse
+	stream streamGuard // the event stream being written to this connection (stream.go)
 }
 
 // SyscallConn exposes the socket (clientGone peeks it).

@@ -140,6 +140,9 @@ func (ts *targetSeries) attempt(bs *backendSeries, backend string, status int) {
 }
 
 // request counts a finished request by the backend that answered ("" for none) and status.
+// A streamed answer is counted once written (stream.go): 499 when the client went away
+// before its end (relay.StatusClientClosedRequest), 502 when the stream broke or carried an
+// error event, its HTTP status otherwise.
 func (ts *targetSeries) request(backend string, status int) {
 	if status == fasthttp.StatusOK && backend != "" {
 		ts.backend(backend).requests200.Inc()

@@ -370,8 +370,12 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	rh.SetCanonical(hdrServerID, b.IDBytes)
 	rh.SetCanonical(hdrServerURL, b.URLBytes)
 	rh.SetCanonical(hdrClusterID, b.ClusterIDBytes)
-	if ctx.Response.IsBodyStream() && bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("text/event-stream")) {
-		ctx.Response.ImmediateHeaderFlush = true
+	if ctx.Response.IsBodyStream() {
+		// An event stream is guarded against a pylon failing mid-stream; any other body is
+		// read whole (one cut short is a 502). See stream.go.
+		if err := g.handOver(ctx, st, ts, b); err != nil {
+			return false, err
+		}
 	}
 	return false, nil
 }

@@ -2,6 +2,7 @@ package pylon
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -208,9 +209,18 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.addLoad(ctx, g, gw)
-	ctx.Response.SetBodyStream(relay.NewStream(bs, obs, p.now, func() { fasthttp.ReleaseResponse(up) }), -1)
+	rs := relay.NewStream(bs, obs, p.now, func() { fasthttp.ReleaseResponse(up) })
+	if bytes.HasPrefix(up.Header.ContentType(), eventStream) {
+		// An engine that fails mid-stream: the gateway gets an error event and a normal
+		// end of the body, not a cut connection.
+		rs.EndWithErrorEvent("inference engine")
+	}
+	ctx.Response.SetBodyStream(rs, -1)
 	ctx.Response.ImmediateHeaderFlush = true
 }
+
+// eventStream is the content type of a streamed (SSE) answer.
+var eventStream = []byte("text/event-stream")
 
 func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gw *gatewayState) {
 	if err := p.client.Do(&ctx.Request, &ctx.Response); err != nil {
@@ -335,8 +345,12 @@ func (o *requestObserver) FirstOutput(at time.Time) {
 	o.p.sys.Root.Send(o.g.pid, &firstOutput{id: o.id, at: at})
 }
 
-// Finished implements relay.Observer.
-func (o *requestObserver) Finished(at time.Time, u *relay.Usage, _ error) {
+// Finished implements relay.Observer. A stream that ended early is counted with its
+// StreamError's status: 499 when the client went away, 502/503/504 when the engine failed.
+func (o *requestObserver) Finished(at time.Time, u *relay.Usage, err error) {
+	if se := (*relay.StreamError)(nil); err != nil && errors.As(err, &se) {
+		o.status = se.Status
+	}
 	var decode time.Duration
 	if !o.firstAt.IsZero() {
 		decode = at.Sub(o.firstAt)

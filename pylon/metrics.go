@@ -50,7 +50,7 @@ const (
 	// mUpstreamTimeouts counts engine connections the pylon closed because the engine
 	// sent nothing for too long: reason first_output (no response bytes within the
 	// first-output timeout; the request got 504) or stream_idle (a response stalled longer
-	// than the stream idle timeout; the relayed stream was cut).
+	// than the stream idle timeout; the relayed stream was ended with an error event).
 	mUpstreamTimeouts = "upstream_timeouts_total"
 	mCanaryChecks     = "canary_checks_total"
 )

@@ -84,8 +84,10 @@ func (h *hermetic) send(path, id string, inputTokens int, body string, firstChun
 	resp.StreamBody = true
 	start := time.Now()
 	var o outcome
+	notified := false // (firstChunk may be 0: virtual time)
 	notify := func() {
-		if o.firstChunk == 0 {
+		if !notified {
+			notified = true
 			o.firstChunk = time.Since(start)
 			if firstChunk != nil {
 				close(firstChunk)
@@ -207,8 +209,9 @@ func TestHermeticShutdownAbortsEngineCallsAtTheDrainTimeout(t *testing.T) {
 				t.Errorf("%s request: problem %v", name, p)
 			}
 		}
-		if midStream.status != 200 || midStream.err == nil || strings.Contains(midStream.body, "[DONE]") || !strings.Contains(midStream.body, "data: ") {
-			t.Errorf("mid-stream request: status %d, err %v, body %q; want a 200 stream cut after its first events", midStream.status, midStream.err, midStream.body)
+		if midStream.status != 200 || midStream.err != nil || strings.Contains(midStream.body, "[DONE]") || !strings.Contains(midStream.body, "data: ") ||
+			!strings.HasSuffix(midStream.body, `"code":"upstream_stream_error"}}`+"\n\n") || !strings.Contains(midStream.body, "shutting down") {
+			t.Errorf("mid-stream request: status %d, err %v, body %q; want a 200 stream ended after its first events by an error event", midStream.status, midStream.err, midStream.body)
 		}
 		if n := pylon.Inflight(h.pylon); n != 0 {
 			t.Errorf("in-flight accounting after shutdown: %d, want 0", n)
@@ -310,8 +313,8 @@ func TestHermeticFirstOutputTimeoutAnswers504(t *testing.T) {
 }
 
 // A stream that stalls between chunks longer than the idle timeout is cut: the engine
-// connection is closed, the gateway sees the stream end without [DONE], the stall is
-// counted, and the request is released exactly once.
+// connection is closed, the gateway gets an error event and the end of the stream without
+// [DONE], the stall is counted, and the request is released exactly once (counted 504).
 func TestHermeticStreamIdleTimeoutCutsTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := timeoutConfig()
@@ -320,8 +323,9 @@ func TestHermeticStreamIdleTimeoutCutsTheStream(t *testing.T) {
 		defer h.close()
 		h.await(time.Second, running(0))
 		o := h.send("/v1/chat/completions", "stalls", 1, streamBody, nil)
-		if o.status != 200 || o.err == nil || !strings.Contains(o.body, `"content":"The"`) || strings.Contains(o.body, "[DONE]") {
-			t.Fatalf("status %d, err %v, body %q; want a 200 stream cut after the first token", o.status, o.err, o.body)
+		if o.status != 200 || o.err != nil || !strings.Contains(o.body, `"content":"The"`) || strings.Contains(o.body, "[DONE]") ||
+			!strings.HasSuffix(o.body, `"code":"upstream_stream_error"}}`+"\n\n") || !strings.Contains(o.body, "stream idle timeout") {
+			t.Fatalf("status %d, err %v, body %q; want a 200 stream ended after the first token by an error event", o.status, o.err, o.body)
 		}
 		if stall := o.end - o.firstChunk; stall < cfg.StreamIdleTimeout || stall > cfg.StreamIdleTimeout+watchPeriod {
 			t.Errorf("stream cut %v after its first chunk, want within [%v, %v]", stall, cfg.StreamIdleTimeout, cfg.StreamIdleTimeout+watchPeriod)
@@ -332,7 +336,7 @@ func TestHermeticStreamIdleTimeoutCutsTheStream(t *testing.T) {
 		for series, want := range map[string]float64{
 			`pylon_upstream_timeouts_total{reason="stream_idle"}`:    1,
 			`pylon_upstream_timeouts_total{reason="first_output"}`:   0,
-			`pylon_requests_total{model="dummy-model",status="200"}`: 1,
+			`pylon_requests_total{model="dummy-model",status="504"}`: 1,
 			`pylon_requests_inflight{model="dummy-model"}`:           0,
 		} {
 			if got := h.scrapeMetric(series); got != want {

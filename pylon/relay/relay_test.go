@@ -243,7 +243,7 @@ func TestStreamPassesBytesThroughChunkByChunk(t *testing.T) {
 	if err := s.CloseWithError(nil); err != nil {
 		t.Fatal(err)
 	}
-	_ = s.Close()
+	_ = s.CloseWithError(nil)
 	if up.closed != 2 || released != 1 {
 		t.Errorf("upstream closed %d times (want each close forwarded), released %d times (want 1)", up.closed, released)
 	}
@@ -287,7 +287,7 @@ func TestStreamDoneWithoutOutputCountsAsFirstOutputAtTheEnd(t *testing.T) {
 	obs := &observer{}
 	s := relay.NewStream(up, obs, clock(), nil)
 	_, _ = io.Copy(io.Discard, s)
-	_ = s.Close()
+	_ = s.CloseWithError(nil)
 	if diff := cmp.Diff([]string{"first@00.001", "finished@00.002"}, obs.events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}

@@ -5,10 +5,13 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Observer receives a relayed response's milestones. Calls come from the goroutine that
-// writes the response (fasthttp's), never concurrently for one stream.
+// writes the response (fasthttp's), never concurrently for one stream. Finished's err is
+// nil for a stream that finished, else a *StreamError (the status to count it with).
 type Observer interface {
 	FirstOutput(at time.Time)
 	Finished(at time.Time, usage *Usage, err error)
@@ -31,6 +34,8 @@ type Stream struct {
 	now     func() time.Time
 	release func()
 	scan    Scanner
+	end     Ending // with sse: ends the stream with an error event on an upstream failure
+	sse     bool
 	first   bool
 	once    sync.Once
 }
@@ -40,23 +45,60 @@ func NewStream(up upstream, obs Observer, now func() time.Time, release func()) 
 	return &Stream{up: up, obs: obs, now: now, release: release}
 }
 
-// Read implements io.Reader.
-func (s *Stream) Read(p []byte) (int, error) {
-	n, err := s.up.Read(p)
-	if n > 0 && s.scan.Feed(p[:n]) && !s.first {
-		s.first = true
-		s.obs.FirstOutput(s.now())
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		s.finish(err)
-	}
-	return n, err
+// EndWithErrorEvent makes s an event stream (the upstream answered text/event-stream): an
+// upstream read error then ends it with an error event naming upstream and a normal end
+// of the body (see Ending), instead of cutting the connection. It returns s.
+func (s *Stream) EndWithErrorEvent(upstream string) *Stream {
+	s.sse, s.end.Upstream = true, upstream
+	return s
 }
 
-// CloseWithError implements fasthttp's body-stream closer.
+// Read implements io.Reader.
+func (s *Stream) Read(p []byte) (int, error) {
+	if s.end.Err() != nil {
+		return s.end.Drain(p)
+	}
+	n, err := s.up.Read(p)
+	if n > 0 {
+		if s.scan.Feed(p[:n]) && !s.first {
+			s.first = true
+			s.obs.FirstOutput(s.now())
+		}
+		if s.sse {
+			s.end.Feed(p[:n])
+		}
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err //nolint:wrapcheck // the engine stream's own io.EOF, as fasthttp expects
+	}
+	if !s.sse {
+		s.finish(UpstreamFailed(err))
+		return n, err //nolint:wrapcheck // passed through: fasthttp cuts the response
+	}
+	s.end.Fail(err)
+	if s.end.Finished() && !s.end.Failed() {
+		s.finish(nil) // lost after [DONE]: the client has the whole answer
+	} else {
+		s.finish(UpstreamFailed(err))
+	}
+	if n > 0 {
+		return n, nil
+	}
+	return s.end.Drain(p)
+}
+
+// CloseWithError implements fasthttp's body-stream closer. A non-nil err is the failed
+// write to the client: the client went away.
 func (s *Stream) CloseWithError(err error) error {
 	cerr := s.up.CloseWithError(err)
-	s.finish(err)
+	switch {
+	case err != nil:
+		s.finish(ClientGone(err))
+	case s.end.Failed():
+		s.finish(&StreamError{Status: fasthttp.StatusBadGateway, Err: ErrErrorEvent})
+	default:
+		s.finish(nil)
+	}
 	if s.release != nil {
 		s.release()
 		s.release = nil
@@ -64,9 +106,11 @@ func (s *Stream) CloseWithError(err error) error {
 	return cerr
 }
 
-// Close implements io.Closer.
-func (s *Stream) Close() error { return s.CloseWithError(nil) }
+// Stream has no Close method on purpose: fasthttp calls Close (when there is one) before
+// CloseWithError, and a Close that finished the stream would hide CloseWithError's write
+// error, the sign that the client went away.
 
+// finish reports Finished once: err is nil or a *StreamError.
 func (s *Stream) finish(err error) {
 	s.once.Do(func() {
 		if !s.first && s.scan.Usage.Done {

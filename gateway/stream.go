@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sync"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/pylon/relay"
+)
+
+// What the client gets when the pylon's answer breaks after its headers:
+//   - An event stream (text/event-stream) is handed to fasthttp wrapped in a streamGuard:
+//     the pylon's chunks pass through unchanged (no copy), and if the pylon's connection
+//     fails mid-stream the client gets one error event and a normal end of the body
+//     (relay.Ending), instead of a cut connection. No second error event is added when the
+//     pylon had already sent its own (it does when its engine fails).
+//   - Any other streamed body (a JSON answer to a request that may have asked for a
+//     stream) is read whole before the answer starts, so a body cut short becomes a 502
+//     JSON error instead of a truncated answer.
+//   - The request is counted when the stream has ended (the connection's deferred work
+//     runs after fasthttp has written the answer): status 499 when the client went away
+//     (the write to it failed), 502 when the stream broke or carried an error event. A
+//     connection without deferred work (served through ServeConn, not Serve) counts the
+//     request when the handler returns, with the HTTP status.
+
+// errStreamDetach says the running fasthttp has no body stream field where the gateway
+// looks for it; streams are then handed over unguarded (as cut connections on failure).
+var errStreamDetach = errors.New("fasthttp.Response has no bodyStream io.Reader field")
+
+// bodyStreamOffset is the offset of fasthttp.Response's body stream field (-1: not found).
+// fasthttp has no call that takes a response's body stream without closing it, and the
+// gateway reads the pylon's answer straight into the client's response (no header copy);
+// detachBodyStream takes the stream out so that a wrapper around it can take its place.
+// TestBodyStreamDetach fails when an upgrade moves the field.
+var bodyStreamOffset = func() uintptr {
+	f, ok := reflect.TypeFor[fasthttp.Response]().FieldByName("bodyStream")
+	if !ok || f.Type != reflect.TypeFor[io.Reader]() {
+		return ^uintptr(0)
+	}
+	return f.Offset
+}()
+
+// detachBodyStream removes resp's body stream without closing it and returns it.
+func detachBodyStream(resp *fasthttp.Response) (io.Reader, error) {
+	if bodyStreamOffset == ^uintptr(0) {
+		return nil, errStreamDetach
+	}
+	p := (*io.Reader)(unsafe.Add(unsafe.Pointer(resp), bodyStreamOffset)) // the field's offset and type were checked
+	r := *p
+	*p = nil
+	return r, nil
+}
+
+// eventStreamType is the content type of a streamed (SSE) answer.
+var eventStreamType = []byte("text/event-stream")
+
+// handOver prepares a streamed upstream answer in ctx.Response for the client: an event
+// stream is wrapped in a streamGuard, any other body is read whole (a cut one is a 502).
+func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targetSeries, b *fleet.Backend) error {
+	resp := &ctx.Response
+	if !bytes.HasPrefix(resp.Header.ContentType(), eventStreamType) {
+		return bufferBody(resp, b.ID)
+	}
+	resp.ImmediateHeaderFlush = true
+	cl := resp.Header.ContentLength()
+	r, err := detachBodyStream(resp)
+	if err != nil {
+		g.log.Warn("stream_unguarded", "err", err)
+		return nil
+	}
+	up, ok := r.(fasthttp.ReadCloserWithError)
+	if !ok { // not fasthttp's client stream: put it back as it was
+		resp.SetBodyStream(r, cl)
+		return nil
+	}
+	s := guardFor(ctx)
+	s.up, s.g, s.ts, s.backend = up, g, ts, b.ID
+	s.end.Upstream = "backend"
+	if st.deferred {
+		s.after = st.after
+	}
+	// Chunked towards the client whatever the pylon's framing: an error event may follow.
+	resp.SetBodyStream(s, -1)
+	return nil
+}
+
+// streamGuard is the body stream of an event stream relayed to a client (see above).
+// Read passes the pylon's reads through, following the events; it allocates nothing
+// until the pylon fails. A connection serves one request at a time: each keeps one
+// guard (fasthttp closes the previous stream before the next request).
+type streamGuard struct {
+	up      fasthttp.ReadCloserWithError // the pylon's body stream
+	end     relay.Ending
+	g       *Gateway
+	ts      *targetSeries
+	backend string
+	after   *afterResponse // the deferred request count to correct (nil: counted already)
+}
+
+// guardFor returns the stream guard of ctx's connection (a new one when it has none).
+func guardFor(ctx *fasthttp.RequestCtx) *streamGuard {
+	if cc, ok := ctx.Conn().(*clientConn); ok {
+		return &cc.stream
+	}
+	return new(streamGuard)
+}
+
+// Read implements io.Reader.
+func (s *streamGuard) Read(p []byte) (int, error) {
+	return s.end.Read(s.up, p)
+}
+
+// CloseWithError implements fasthttp's body-stream closer; fasthttp calls it once the
+// stream is written (err nil) or when writing to the client failed (the client went away).
+func (s *streamGuard) CloseWithError(err error) error {
+	if s.up == nil { // closed already
+		return nil
+	}
+	cerr := s.up.CloseWithError(err)
+	status := 0
+	switch {
+	case s.end.Err() != nil && !s.end.Finished():
+		status = fasthttp.StatusBadGateway
+		s.g.log.Warn("backend_stream_failed", "backend", s.backend, "model", s.ts.t.Model, "err", s.end.Err())
+	case s.end.Failed(): // the pylon ended it with an error event
+		status = fasthttp.StatusBadGateway
+	case err != nil:
+		status = relay.StatusClientClosedRequest
+		s.g.metrics.inc(mClientCancelled, "routing_key", s.ts.t.RoutingKey, "model", s.ts.t.Model)
+	default:
+	}
+	if status != 0 && s.after != nil && s.after.pending&afterRequest != 0 {
+		s.after.reqCode = status
+	}
+	s.up, s.g, s.ts, s.backend, s.after = nil, nil, nil, "", nil
+	s.end.Reset()
+	return cerr //nolint:wrapcheck // the pylon stream's own close error
+}
+
+// streamGuard has no Close method: fasthttp would call it before CloseWithError.
+
+// maxPooledBody bounds the read buffers bufferBody keeps for reuse.
+const maxPooledBody = 1 << 20
+
+var bodyBufs = sync.Pool{New: func() any { return new(limitedBuffer) }}
+
+// limitedBuffer collects a body up to maxBufferedResponse bytes.
+type limitedBuffer struct{ b []byte }
+
+var errBodyTooLarge = fmt.Errorf("the response body exceeds %d bytes", maxBufferedResponse)
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if len(l.b)+len(p) > maxBufferedResponse {
+		return 0, errBodyTooLarge
+	}
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+// bufferBody reads resp's body stream whole into its body. A body the pylon cut short
+// is an upstream error (502): its client gets an error, not a truncated answer.
+func bufferBody(resp *fasthttp.Response, backend string) error {
+	buf := bodyBufs.Get().(*limitedBuffer) //nolint:forcetypeassert // the pool holds only these
+	defer func() {
+		if cap(buf.b) <= maxPooledBody {
+			buf.b = buf.b[:0]
+			bodyBufs.Put(buf)
+		}
+	}()
+	if err := resp.BodyWriteTo(buf); err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			return fmt.Errorf("%w: backend %s: %w; ask for \"stream\": true", ErrUpstreamError, backend, err)
+		}
+		return fmt.Errorf("%w: backend %s: the response body broke off: %w", ErrUpstreamError, backend, err)
+	}
+	resp.SetBody(buf.b)
+	return nil
+}
