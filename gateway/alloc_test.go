@@ -13,7 +13,11 @@ import (
 // header parsing, the scheduler's round trip through its actor (the inline mailbox), the
 // upstream call, the load report's application and the metrics reuse their memory. The
 // client and the upstream allocate nothing either (the direct path is the control), so
-// any allocation counted on the gateway path is the gateway's.
+// any allocation counted on the gateway path is the gateway's. One allocation is allowed
+// on the gateway path: the server reads request bodies as a stream (so a chunked body is
+// cut at the limit and large bodies share a memory budget, see internal/httpserver), and
+// fasthttp drains a streamed body after each response through io.CopyN, whose
+// io.LimitedReader escapes.
 func TestGatewayRequestPathAllocatesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loopback sockets")
@@ -44,8 +48,12 @@ func TestGatewayRequestPathAllocatesNothing(t *testing.T) {
 		for range 200 { // warm the pools, buffers and metric series
 			do()
 		}
-		if n := testing.AllocsPerRun(2000, do); n != 0 {
-			t.Errorf("%s path: %.2f allocations per request, want 0", path.name, n)
+		want := 0.0
+		if path.name == "gateway" {
+			want = 1 // fasthttp's drain of the streamed request body
+		}
+		if n := testing.AllocsPerRun(2000, do); n > want {
+			t.Errorf("%s path: %.2f allocations per request, want at most %.0f", path.name, n, want)
 		}
 		c.CloseIdleConnections()
 	}
