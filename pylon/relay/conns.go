@@ -38,6 +38,21 @@ func (e AbortError) Error() string {
 // Timeout tells fasthttp (and net.Error users) whether the abort was a timeout.
 func (e AbortError) Timeout() bool { return uint32(e) != AbortShutdown }
 
+// DialError is the error of a connection that could not be made: whatever request was to
+// go on it never left.
+type DialError struct{ Err error }
+
+func (e *DialError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the dialer's error.
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the dial timed out.
+func (e *DialError) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.Err, &t) && t.Timeout()
+}
+
 // errShuttingDown refuses new connections once Abort has run.
 var errShuttingDown = errors.New("shutting down: no new upstream connections")
 
@@ -63,6 +78,12 @@ const (
 // allocation. Reads stamp themselves with a coarse tick that only the watchdog advances,
 // so a timeout T fires between T and T + 2 periods after the read began (between T and
 // T + 1 period when the period divides T, as with the defaults).
+//
+// With RequestDeadlines, each request may bring its own first-output deadline instead of
+// the fixed one: fasthttp hands a request's deadline (Request.SetTimeout, DoTimeout) to
+// the connection's SetReadDeadline after writing the request, and the connection keeps
+// it as a tick (one clock read per request, still no timer and no allocation) instead of
+// arming the socket's deadline, which would stay on the connection and cut a stream.
 type Conns struct {
 	dial       fasthttp.DialFuncWithTimeout
 	period     time.Duration
@@ -70,6 +91,9 @@ type Conns struct {
 	idleTicks  uint64 // stream idle timeout in ticks (0 = none)
 	onAbort    func(why uint32)
 	tick       atomic.Uint64 // starts at 1: a read stamp of 0 means "not reading"
+	// perRequest makes SetReadDeadline set the connection's first-output deadline
+	// (RequestDeadlines).
+	perRequest bool
 
 	closed atomic.Bool // set (under mu) by abort
 
@@ -99,23 +123,45 @@ func NewConns(dial fasthttp.DialFunc, firstOutput, streamIdle time.Duration, onA
 			return fasthttp.Dial(addr)
 		}
 	}
-	shortest := firstOutput
-	if shortest == 0 || (streamIdle > 0 && streamIdle < shortest) {
-		shortest = streamIdle
+	w.setPeriod(firstOutput, streamIdle, 0)
+	return w
+}
+
+// setPeriod derives the watchdog period from the shortest of the timeouts (and of the
+// shortest request deadline expected, 0 = none) and the fixed timeouts' ticks.
+func (w *Conns) setPeriod(firstOutput, streamIdle, shortestRequest time.Duration) {
+	shortest := time.Duration(0)
+	for _, d := range []time.Duration{firstOutput, streamIdle, shortestRequest} {
+		if d > 0 && (shortest == 0 || d < shortest) {
+			shortest = d
+		}
 	}
 	if shortest == 0 {
-		return w // no timeouts: no watchdog
+		return // no timeouts: no watchdog
 	}
 	w.period = min(max(shortest/8, minWatchPeriod), maxWatchPeriod)
-	// A read stamped s is expired at tick k when k − s ≥ ticks, which guarantees at least
-	// (ticks − 1) periods of waiting: hence the +1.
-	toTicks := func(d time.Duration) uint64 {
-		if d <= 0 {
-			return 0
-		}
-		return uint64((d+w.period-1)/w.period) + 1 //nolint:gosec // d > 0
+	w.firstTicks, w.idleTicks = w.ticks(firstOutput), w.ticks(streamIdle)
+}
+
+// ticks converts a timeout to watchdog ticks (0 = none). A read stamped s is expired at
+// tick k when k − s ≥ ticks, which guarantees at least (ticks − 1) periods of waiting:
+// hence the +1.
+func (w *Conns) ticks(d time.Duration) uint64 {
+	if d <= 0 || w.period == 0 {
+		return 0
 	}
-	w.firstTicks, w.idleTicks = toTicks(firstOutput), toTicks(streamIdle)
+	return uint64((d+w.period-1)/w.period) + 1 //nolint:gosec // d > 0
+}
+
+// RequestDeadlines makes every connection take its first-output deadline from the
+// request being sent (see Conns) rather than the fixed first-output timeout, which then
+// only applies to requests without a deadline. shortest is the shortest deadline a
+// request will bring: the watchdog ticks at an eighth of it (at least once a second), so a
+// deadline d fires between d and d + 2 periods after the request was written. Call it
+// before the first dial and before Watch; firstOutput and streamIdle are NewConns'.
+func (w *Conns) RequestDeadlines(firstOutput, streamIdle, shortest time.Duration) *Conns {
+	w.perRequest = true
+	w.setPeriod(firstOutput, streamIdle, shortest)
 	return w
 }
 
@@ -126,7 +172,7 @@ func (w *Conns) DialTimeout(addr string, timeout time.Duration) (net.Conn, error
 	}
 	nc, err := w.dial(addr, timeout)
 	if err != nil {
-		return nil, err
+		return nil, &DialError{Err: err}
 	}
 	c := &conn{Conn: Raw(nc), w: w}
 	w.mu.Lock()
@@ -168,6 +214,13 @@ func (w *Conns) check(now uint64) {
 		limit, why := w.idleTicks, AbortStreamIdle
 		if !c.answered.Load() {
 			limit, why = w.firstTicks, AbortFirstOutput
+			if dl := c.deadline.Load(); dl != 0 {
+				// The request's own deadline: expired once the tick reaches it.
+				if now >= dl {
+					w.expired = append(w.expired, expiredConn{c: c, why: why})
+				}
+				continue
+			}
 		}
 		if limit > 0 && now-since >= limit {
 			w.expired = append(w.expired, expiredConn{c: c, why: why})
@@ -216,8 +269,35 @@ type conn struct {
 	net.Conn
 	w         *Conns
 	readSince atomic.Uint64 // tick at which the pending Read began; 0 = no Read pending
-	answered  atomic.Bool   // response bytes arrived since the last request was written
-	why       atomic.Uint32 // set once when the Conns closes the connection
+	// deadline is the tick by which the current request's first output must arrive (set
+	// by SetReadDeadline with RequestDeadlines; 0 = the fixed first-output timeout).
+	deadline atomic.Uint64
+	answered atomic.Bool   // response bytes arrived since the last request was written
+	why      atomic.Uint32 // set once when the Conns closes the connection
+}
+
+// SetReadDeadline keeps a request's deadline as the connection's first-output deadline
+// with RequestDeadlines (the zero time clears it); otherwise it sets the socket's.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	if !c.w.perRequest {
+		return c.Conn.SetReadDeadline(t) //nolint:wrapcheck // a net.Conn passes its errors through
+	}
+	if t.IsZero() {
+		c.deadline.Store(0)
+		return nil
+	}
+	c.deadline.Store(c.w.tick.Load() + c.w.ticks(max(time.Until(t), time.Nanosecond)))
+	return nil
+}
+
+// SetWriteDeadline ignores a request's write deadline with RequestDeadlines: fasthttp
+// sets it before each request, and arming the socket's timer for it costs every request
+// while a request write to a live pylon does not block; otherwise it sets the socket's.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	if c.w.perRequest {
+		return nil
+	}
+	return c.Conn.SetWriteDeadline(t) //nolint:wrapcheck // a net.Conn passes its errors through
 }
 
 func (c *conn) Write(b []byte) (int, error) {
