@@ -93,13 +93,17 @@ type Config struct {
 	Admission                 admission.Config // Enabled true, 25 ms, 1.25 by default
 	QueueMismatchRetryAfterMs uint64           // optional retry hint on 429 (0 = none)
 
-	UpstreamBackend               string // passthrough (default) | dynamo
-	PriorityCeiling               uint32 // dynamo priority = max(0, ceiling − x-priority)
-	RetryableStatusCodes          []int  // 429, 503
-	RequireUpstreamRetryHeader    bool   // true
-	UpstreamRetryHeader           string // x-stargate-upstream-retryable
-	PropagateRetryAfter           bool   // true
-	LocalConnectFailuresRetryable bool   // false
+	UpstreamBackend            string // passthrough (default) | dynamo
+	PriorityCeiling            uint32 // dynamo priority = max(0, ceiling − x-priority)
+	RetryableStatusCodes       []int  // 429, 503
+	RequireUpstreamRetryHeader bool   // true
+	UpstreamRetryHeader        string // x-stargate-upstream-retryable
+	PropagateRetryAfter        bool   // true
+	// LocalConnectFailuresRetryable also marks retryable the engine failures that may
+	// have left work on the engine: a connection it closed while it still accepts new
+	// ones, the first-output timeout, a shutdown's abort (false). An unreachable engine is
+	// retryable regardless.
+	LocalConnectFailuresRetryable bool
 
 	// FirstOutputTimeout bounds the wait from writing a request to the engine until its
 	// first response bytes (for a non-streamed response, the whole answer): 504

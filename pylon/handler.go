@@ -238,7 +238,7 @@ func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gw
 // upstreamFailure) and releases the request.
 func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, err error, gw *gatewayState) {
 	p.log.Debug("upstream_failed", "request_id", obs.id, "err", err)
-	pr := upstreamFailure(err, p.engine.Aborted(), p.cfg.LocalConnectFailuresRetryable)
+	pr := upstreamFailure(err, p.engine.Aborted(), p.cfg.LocalConnectFailuresRetryable, p.engineDown)
 	obs.status = pr.Status
 	obs.Finished(p.now(), &relay.Usage{}, err)
 	pr.write(ctx)

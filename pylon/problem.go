@@ -67,26 +67,46 @@ const (
 )
 
 // upstreamFailure answers an engine call that failed before any response was relayed.
-// All three cases are local upstream failures (REFERENCE.md §4.6 item 8): retryable only
-// with --local-connect-failures-retryable, since the engine may have started the work.
+// These are local upstream failures (REFERENCE.md §4.6 item 8).
+//   - A shutdown past its drain timeout aborted the call: 503, reason
+//     local_connect_failure, retryable only with --local-connect-failures-retryable.
+//   - The engine is unreachable: no connection to it could be made (the request never
+//     reached it), or the connection closed before any response byte and engineDown (nil:
+//     not asked) finds that no new connection can be made either (the engine died, and
+//     the request with it). 503, reason local_connect_failure, always retryable: the
+//     gateway retries on another backend before anything reached its client, and counts
+//     the failure against this backend's health.
 //   - The first-output timeout (the engine sent nothing in time; REFERENCE.md §4.6 item
-//     10): 504, reason first_output_timeout.
-//   - A shutdown past its drain timeout aborted the call: 503, reason local_connect_failure.
-//   - Anything else (connect failure, engine closed the connection): 503, reason
-//     local_connect_failure.
-func upstreamFailure(err error, shuttingDown, retryable bool) *problem {
+//     10): 504, reason first_output_timeout, retryable only with the flag: the engine is
+//     working on the request.
+//   - Anything else (the engine closed the connection but still accepts new ones): 503,
+//     reason local_connect_failure, retryable only with the flag, since the engine may
+//     have started the work.
+func upstreamFailure(err error, shuttingDown, retryable bool, engineDown func() bool) *problem {
 	var p *problem
 	switch {
 	case shuttingDown:
 		p = newProblem(fasthttp.StatusServiceUnavailable, "the pylon shut down before the engine answered")
 		p.Reason = control.RetryLocalConnectFailure
+	case errors.As(err, new(*relay.DialError)):
+		return engineUnreachable()
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, new(relay.AbortError)):
 		p = newProblem(fasthttp.StatusGatewayTimeout, "the engine sent no response within the first-output timeout")
 		p.Reason = reasonFirstOutputTimeout
+	case engineDown != nil && engineDown():
+		return engineUnreachable()
 	default:
 		p = connectFailure(retryable)
 	}
 	p.retryable = retryable
+	return p
+}
+
+// engineUnreachable answers a request whose engine cannot be reached: retryable on
+// another backend whatever --local-connect-failures-retryable says.
+func engineUnreachable() *problem {
+	p := newProblem(fasthttp.StatusServiceUnavailable, "the inference engine is unreachable")
+	p.Reason, p.retryable = control.RetryLocalConnectFailure, true
 	return p
 }
 

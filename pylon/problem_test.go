@@ -31,31 +31,51 @@ func TestProblemMapping(t *testing.T) {
 		want answer
 	}{
 		{
-			"first-output timeout (fasthttp's ErrTimeout)", upstreamFailure(fasthttp.ErrTimeout, false, false),
+			"first-output timeout (fasthttp's ErrTimeout)", upstreamFailure(fasthttp.ErrTimeout, false, false, nil),
 			answer{504, "", "", "application/problem+json", reasonFirstOutputTimeout},
 		},
 		{
-			"first-output timeout, retryable local failures", upstreamFailure(fasthttp.ErrTimeout, false, true),
+			"first-output timeout, retryable local failures", upstreamFailure(fasthttp.ErrTimeout, false, true, nil),
 			answer{504, "true", reasonFirstOutputTimeout, "application/problem+json", reasonFirstOutputTimeout},
 		},
 		{
-			"watchdog abort surfacing wrapped", upstreamFailure(fmt.Errorf("read chunk: %w", relay.AbortError(relay.AbortStreamIdle)), false, false),
+			"watchdog abort surfacing wrapped", upstreamFailure(fmt.Errorf("read chunk: %w", relay.AbortError(relay.AbortStreamIdle)), false, false, nil),
 			answer{504, "", "", "application/problem+json", reasonFirstOutputTimeout},
 		},
 		{
-			"connect failure", upstreamFailure(errors.New("dial tcp: connection refused"), false, false),
+			"a failure that is not a dial", upstreamFailure(errors.New("dial tcp: connection refused"), false, false, nil),
 			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
 		},
 		{
-			"connect failure, retryable", upstreamFailure(fasthttp.ErrConnectionClosed, false, true),
+			"connect failure, retryable", upstreamFailure(fasthttp.ErrConnectionClosed, false, true, nil),
 			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
 		},
 		{
-			"aborted by shutdown", upstreamFailure(fasthttp.ErrConnectionClosed, true, false),
+			"engine unreachable: no connection could be made", upstreamFailure(&relay.DialError{Err: errors.New("connection refused")}, false, false, nil),
+			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"engine unreachable: a dial that timed out", upstreamFailure(&relay.DialError{Err: fasthttp.ErrTimeout}, false, false, nil),
+			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"engine unreachable: closed, and no new connection", upstreamFailure(fasthttp.ErrConnectionClosed, false, false, func() bool { return true }),
+			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"closed, but the engine accepts connections", upstreamFailure(fasthttp.ErrConnectionClosed, false, false, func() bool { return false }),
 			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
 		},
 		{
-			"aborted by shutdown, even if it looks like a timeout", upstreamFailure(fasthttp.ErrTimeout, true, true),
+			"first-output timeout: the engine is not asked whether it is down", upstreamFailure(fasthttp.ErrTimeout, false, false, func() bool { panic("asked") }),
+			answer{504, "", "", "application/problem+json", reasonFirstOutputTimeout},
+		},
+		{
+			"aborted by shutdown", upstreamFailure(fasthttp.ErrConnectionClosed, true, false, nil),
+			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
+		},
+		{
+			"aborted by shutdown, even if it looks like a timeout", upstreamFailure(fasthttp.ErrTimeout, true, true, nil),
 			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
 		},
 		{

@@ -65,7 +65,7 @@ type cli struct {
 	RequireUpstreamRetryHeader bool    `name:"require-upstream-retry-header" default:"true" negatable:"" help:"Require the engine's retry header before marking a response retryable."`
 	UpstreamRetryHeader        string  `name:"upstream-retry-header" default:"x-stargate-upstream-retryable" help:"Engine → pylon retry signal header."`
 	PropagateRetryAfter        bool    `name:"propagate-retry-after" default:"true" negatable:"" help:"Convert the engine's Retry-After to x-stargate-retry-after-ms."`
-	LocalConnectFailRetryable  bool    `name:"local-connect-failures-retryable" help:"Mark engine connect failures retryable."`
+	LocalConnectFailRetryable  bool    `name:"local-connect-failures-retryable" help:"Also mark retryable the engine failures that may have left work on the engine (a connection it closed while still accepting new ones, the first-output timeout, a shutdown's abort). An unreachable engine (no connection can be made) is always answered retryable."`
 	ModelDiscoveryPollMs       uint64  `name:"model-discovery-poll-interval-ms" default:"5000" help:"Model discovery poll period."`
 	DrainTimeoutMs             uint64  `name:"drain-timeout-ms" default:"30000" help:"Longest wait for in-flight requests on SIGTERM; then their engine and client connections are closed."`
 	FirstOutputTimeoutMs       uint64  `name:"first-output-timeout-ms" default:"30000" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
