@@ -248,7 +248,7 @@ func (a *genActor) Receive(c actor.Context) {
 			return
 		}
 		now := a.now()
-		d := a.agg.Admit(m.id, m.priority, m.inputTokens, m.expectedMs, m.hasExpected, a.adm, now)
+		d := a.agg.AdmitDispatch(m.id, m.priority, m.inputTokens, m.expectedMs, m.hasExpected, m.from, a.adm, now)
 		if d.Admit() {
 			a.changed()
 		} else {
@@ -360,6 +360,7 @@ type (
 		inputTokens uint64
 		expectedMs  uint64
 		hasExpected bool
+		from        stats.Dispatch // the dispatching gateway and its seq (zero: none)
 		reply       chan reply
 	}
 	reply struct {

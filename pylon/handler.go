@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/pylon/stats"
 )
 
 var zero = []byte("0")
@@ -142,6 +143,9 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	defer releaseCallMsgs(msgs)
 	ch := g.replies.get()
 	msgs.admitted = requestAdmitted{id: id, priority: priority, inputTokens: inputTokens, expectedMs: expected, hasExpected: hasExpected, reply: ch}
+	if gw != nil {
+		msgs.admitted.from = stats.Dispatch{From: gw, Seq: seq}
+	}
 	r, ok := g.call(p.sys.Root, &msgs.admitted, ch)
 	if ok {
 		g.replies.put(ch)

@@ -78,6 +78,8 @@ type request struct {
 	inputTokens uint64
 	phase       Phase
 	admittedAt  time.Time
+	dispatch    Dispatch // who dispatched it, in which order (see AdmitDispatch)
+	late        bool     // admitted after a later dispatch of the same gateway
 }
 
 type engineRequest struct {
@@ -117,10 +119,17 @@ type Aggregate struct {
 	engine   EngineMetrics
 	engineAt time.Time
 
+	// latest maps a dispatching gateway to the highest dispatch seq admitted from it;
+	// lateQueued counts the queued requests admitted after a later dispatch of theirs.
+	latest     map[any]uint64
+	lateQueued int
+
 	// Scratch reused by Admit and the estimates (the owner serializes access).
-	others   load.Load
-	othersPQ []load.PriorityEstimate
-	prios    []uint32
+	others       load.Load
+	othersPQ     []load.PriorityEstimate
+	prios        []uint32
+	laterPrios   []uint32 // scratch of withoutLaterDispatches
+	laterPending []uint64
 }
 
 // NewAggregate returns the aggregate of generation gen of model.
@@ -180,8 +189,17 @@ func (a *Aggregate) PhaseCounts(p Phase) (requests, inputTokens uint64) {
 // of every other live request and, unless rejected, tracks it as Pending. A request id
 // that is already live is decided but not tracked twice.
 func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs uint64, hasExpected bool, c admission.Config, now time.Time) admission.Decision {
+	return a.AdmitDispatch(id, priority, inputTokens, expectedMs, hasExpected, Dispatch{}, c, now)
+}
+
+// AdmitDispatch is Admit for a request dispatched by gateway from.From as its from.Seq-th
+// dispatch to this pylon: the local estimate its expectation is compared with leaves out
+// what the gateway could not count, its own dispatches that reached the pylon out of
+// order (see Dispatch).
+func (a *Aggregate) AdmitDispatch(id string, priority uint32, inputTokens, expectedMs uint64, hasExpected bool, from Dispatch, c admission.Config, now time.Time) admission.Decision {
 	a.LoadInto(&a.others, now, a.othersPQ[:0])
 	a.othersPQ = a.others.QueueEstimates[:0:cap(a.others.QueueEstimates)]
+	a.withoutLaterDispatches(&a.others, from)
 	d := admission.Decide(c, expectedMs, hasExpected, &a.others, priority)
 	if !d.Admit() {
 		return d
@@ -189,7 +207,8 @@ func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs ui
 	if _, dup := a.reqs[id]; dup {
 		return d
 	}
-	a.reqs[id] = request{priority: priority, inputTokens: inputTokens, phase: Pending, admittedAt: now}
+	late := a.noteDispatch(from)
+	a.reqs[id] = request{priority: priority, inputTokens: inputTokens, phase: Pending, admittedAt: now, dispatch: from, late: late}
 	a.count[Pending]++
 	a.tokens[Pending] += inputTokens
 	a.pendingWork[priority] += inputTokens
@@ -197,6 +216,9 @@ func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs ui
 }
 
 func (a *Aggregate) move(r *request, to Phase) {
+	if r.late && r.phase < OutputGeneration && to >= OutputGeneration {
+		a.lateQueued-- // see withoutLaterDispatches
+	}
 	if r.phase == Pending {
 		a.pendingWork[r.priority] -= r.inputTokens
 		if a.pendingWork[r.priority] == 0 {

@@ -1,0 +1,98 @@
+package stats_test
+
+import (
+	"testing"
+
+	"github.com/switchyard/switchyard/pylon/admission"
+	"github.com/switchyard/switchyard/pylon/stats"
+)
+
+// burstAggregate is a model at 1000 input tokens/s: a burst's dispatches of 100 tokens
+// each expect 100 ms of queue per predecessor.
+func burstAggregate() *stats.Aggregate {
+	return stats.NewAggregate("m", 1, stats.Options{InitialInputTPS: 1000, PinInputTPS: true})
+}
+
+type gw struct{ id string }
+
+// A gateway's later dispatches that overtook an earlier one are not in the queue its
+// expectation is compared with: each is judged against its predecessors that arrived
+// before it, whatever the arrival order, and admitted.
+func TestAdmitLeavesOutTheGatewaysLaterDispatches(t *testing.T) {
+	t.Parallel()
+	arrivals := []struct{ seq, actual uint64 }{{2, 0}, {4, 100}, {3, 100}, {1, 0}}
+	a := burstAggregate()
+	g := &gw{"gw-1"}
+	for _, r := range arrivals {
+		expected := (r.seq - 1) * 100
+		d := a.AdmitDispatch("r"+string(rune('0'+r.seq)), 0, 100, expected, true, stats.Dispatch{From: g, Seq: r.seq}, on, t0)
+		if d.Result != admission.Accepted || d.ActualMs != r.actual {
+			t.Errorf("dispatch %d: %+v, want accepted against %d ms", r.seq, d, r.actual)
+		}
+	}
+	// Without the dispatch order (the same arrivals, no gateway), the first granted one
+	// sees the three later ones and is refused.
+	b := burstAggregate()
+	for _, r := range arrivals[:3] {
+		if d := b.Admit("r"+string(rune('0'+r.seq)), 0, 100, (r.seq-1)*100, true, on, t0); d.Result != admission.Accepted {
+			t.Fatalf("without dispatch seqs, dispatch %d: %+v", r.seq, d)
+		}
+	}
+	if d := b.Admit("r1", 0, 100, 0, true, on, t0); d.Result != admission.Rejected || d.ActualMs != 300 {
+		t.Errorf("without dispatch seqs: %+v, want rejected (300 ms queued)", d)
+	}
+}
+
+// Another gateway's requests, and direct ones, still count: that is the load the
+// gateway's expectation could not know about.
+func TestAdmitCountsOtherGatewaysLoad(t *testing.T) {
+	t.Parallel()
+	a := burstAggregate()
+	mine, other := &gw{"gw-1"}, &gw{"gw-2"}
+	a.AdmitDispatch("o1", 0, 300, 0, true, stats.Dispatch{From: other, Seq: 9}, on, t0)
+	a.AdmitDispatch("m2", 0, 100, 0, true, stats.Dispatch{From: mine, Seq: 2}, on, t0)
+	d := a.AdmitDispatch("m1", 0, 100, 0, true, stats.Dispatch{From: mine, Seq: 1}, on, t0)
+	if d.Result != admission.Rejected || d.ActualMs != 300 {
+		t.Errorf("%+v: want rejected on the other gateway's 300 ms only", d)
+	}
+}
+
+// A late dispatch (admitted after a later one of its gateway) is left out of the queue of
+// the gateway's next dispatches too: a load report sent in between echoed the later seq,
+// so the gateway dropped the late one's reservation while the report did not hold it.
+func TestAdmitLeavesOutLateDispatches(t *testing.T) {
+	t.Parallel()
+	a := burstAggregate()
+	g := &gw{"gw-1"}
+	a.AdmitDispatch("r2", 0, 100, 100, true, stats.Dispatch{From: g, Seq: 2}, on, t0) // the report: echo 2, 100 ms queued
+	a.AdmitDispatch("r1", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 1}, on, t0)   // late
+	// The gateway's view: the report (r2 only) and its reservation of dispatch 3 itself.
+	d := a.AdmitDispatch("r3", 0, 100, 100, true, stats.Dispatch{From: g, Seq: 3}, on, t0)
+	if d.Result != admission.Accepted || d.ActualMs != 100 {
+		t.Errorf("next dispatch: %+v, want accepted against 100 ms (the late one left out)", d)
+	}
+	// Once the late one is being processed and then generating, it leaves the queue and
+	// nothing is scanned any more.
+	a.ResponseStarted("r1")
+	a.FirstOutput("r1", t0)
+	a.ResponseStarted("r2")
+	a.FirstOutput("r2", t0)
+	a.ResponseStarted("r3")
+	a.FirstOutput("r3", t0)
+	if d := a.AdmitDispatch("r4", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 4}, on, t0); d.Result != admission.Accepted || d.ActualMs != 0 {
+		t.Errorf("after the burst: %+v", d)
+	}
+}
+
+// The running count loses the left-out requests too (the free-slot rule).
+func TestAdmitFreeSlotWithoutLaterDispatches(t *testing.T) {
+	t.Parallel()
+	a := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 2, InitialInputTPS: 1000, PinInputTPS: true})
+	g := &gw{"gw-1"}
+	a.AdmitDispatch("r3", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 3}, on, t0)
+	a.AdmitDispatch("r2", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 2}, on, t0)
+	// The gateway saw a free slot for dispatch 1 (nothing ahead of it): so does the pylon.
+	if d := a.AdmitDispatch("r1", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 1}, on, t0); d.Result != admission.Accepted || d.ActualMs != 0 {
+		t.Errorf("%+v, want accepted with a free slot", d)
+	}
+}
