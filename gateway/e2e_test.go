@@ -73,8 +73,9 @@ type fleetE2E struct {
 	// pylons and engines map backend ids to their listen addresses (for requests that
 	// bypass the gateway and for the engines' /test-control).
 	pylons, engines map[string]string
-	// pylonProcs maps backend ids to their pylon processes (to signal them).
-	pylonProcs map[string]*exec.Cmd
+	// pylonProcs and engineProcs map backend ids to their pylon and engine processes (to
+	// signal them).
+	pylonProcs, engineProcs map[string]*exec.Cmd
 }
 
 type backendSpec struct {
@@ -113,12 +114,12 @@ func startFleetWith(t *testing.T, lbConfig string, backends ...e2eBackend) *flee
 	start(t, "gateway", args...)
 	f := &fleetE2E{
 		t: t, gateway: gw, admin: admin, client: &fasthttp.HostClient{Addr: gw, MaxConns: 64}, adminC: &fasthttp.HostClient{Addr: admin},
-		pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{},
+		pylons: map[string]string{}, engines: map[string]string{}, pylonProcs: map[string]*exec.Cmd{}, engineProcs: map[string]*exec.Cmd{},
 	}
 	for _, b := range backends {
 		eng, pyl := mocktest.FreeAddr(t), mocktest.FreeAddr(t)
 		f.engines[b.id], f.pylons[b.id] = eng, pyl
-		start(t, "engine", append([]string{"--http-listen-addr", eng}, b.engineArgs...)...)
+		f.engineProcs[b.id] = start(t, "engine", append([]string{"--http-listen-addr", eng}, b.engineArgs...)...)
 		pargs := []string{
 			"--http-listen-addr", pyl, "--admin-listen-addr", mocktest.FreeAddr(t), "--upstream-http-base-url", "http://" + eng, "--model-name", "dummy-model",
 			"--gateway", "http://" + admin, "--inference-server-id", b.id, "--initial-input-tps", strconv.Itoa(b.inputTPS),

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -52,6 +53,14 @@ const (
 	DefaultHeadersTimeout      = 30 * time.Second
 	DefaultReloadPoll          = time.Second
 	DefaultMinExpiry           = 3 * time.Second
+	// The first-byte deadline of an attempt (see Config.FirstByteTimeoutFactor).
+	DefaultFirstByteTimeoutFloor  = 2 * time.Second
+	DefaultFirstByteTimeoutFactor = 4.0
+	// Passive health (outlier ejection), see Config.OutlierConsecutiveFailures.
+	DefaultOutlierConsecutiveFailures = fleet.DefaultConsecutiveFailures
+	DefaultOutlierBaseEjection        = fleet.DefaultBaseEjection
+	DefaultOutlierMaxEjection         = fleet.DefaultMaxEjection
+	DefaultOutlierMaxEjectionPercent  = fleet.DefaultMaxEjectionPercent
 )
 
 // Config is the gateway's configuration. Zero fields take the defaults above; negative
@@ -111,6 +120,23 @@ type Config struct {
 	EnablePprof bool
 	// HeadersTimeout bounds the wait for an upstream's response headers.
 	HeadersTimeout time.Duration
+	// FirstByteTimeoutFactor and FirstByteTimeoutFloor make each attempt of a streamed
+	// request wait for the pylon's first response byte at most factor × the backend's TTFT
+	// estimate, at least the floor, at most HeadersTimeout; past it the attempt is
+	// abandoned (its connection closed) and retried on another backend (defaults 4 and
+	// 2 s; a negative factor turns the deadline off).
+	FirstByteTimeoutFactor float64
+	FirstByteTimeoutFloor  time.Duration
+	// Passive health: OutlierConsecutiveFailures failures in a row (connect failures,
+	// first-byte timeouts, a pylon whose engine is unreachable, failed health probes)
+	// eject a backend for OutlierBaseEjection, doubling with each ejection in a row up to
+	// OutlierMaxEjection; a successful request resets it. OutlierMaxEjectionPercent bounds
+	// the share of a routing target's backends out at once (at least one). Defaults 3,
+	// 1 s, 30 s, 50 %; a negative OutlierConsecutiveFailures turns ejection off.
+	OutlierConsecutiveFailures int
+	OutlierBaseEjection        time.Duration
+	OutlierMaxEjection         time.Duration
+	OutlierMaxEjectionPercent  int
 	// ServerLimits are both listeners' connection limits: header, body and idle timeouts,
 	// the connection cap and the memory large request bodies may hold (zero fields: the
 	// defaults of package httpserver).
@@ -154,6 +180,18 @@ func (c *Config) withDefaults() Config {
 	set(&out.DrainTimeout, DefaultDrainTimeout)
 	set(&out.ProbeTimeout, DefaultProbeTimeout)
 	set(&out.HeadersTimeout, DefaultHeadersTimeout)
+	set(&out.FirstByteTimeoutFloor, DefaultFirstByteTimeoutFloor)
+	if out.FirstByteTimeoutFactor == 0 {
+		out.FirstByteTimeoutFactor = DefaultFirstByteTimeoutFactor
+	}
+	if out.OutlierConsecutiveFailures == 0 {
+		out.OutlierConsecutiveFailures = DefaultOutlierConsecutiveFailures
+	}
+	set(&out.OutlierBaseEjection, DefaultOutlierBaseEjection)
+	set(&out.OutlierMaxEjection, DefaultOutlierMaxEjection)
+	if out.OutlierMaxEjectionPercent == 0 {
+		out.OutlierMaxEjectionPercent = DefaultOutlierMaxEjectionPercent
+	}
 	set(&out.ReloadPoll, DefaultReloadPoll)
 	set(&out.MinExpiry, DefaultMinExpiry)
 	out.ServerLimits = out.ServerLimits.WithDefaults()
@@ -197,6 +235,19 @@ func (c *Config) Validate() error {
 	}
 	if c.TargetCollectGrace < 0 {
 		errs = append(errs, fmt.Errorf("target-collect-grace %v must be >= 0", c.TargetCollectGrace))
+	}
+	if f := c.FirstByteTimeoutFactor; math.IsNaN(f) || math.IsInf(f, 0) {
+		errs = append(errs, fmt.Errorf("first-byte-timeout-factor %v must be a finite number", f))
+	}
+	if c.FirstByteTimeoutFloor < 0 {
+		errs = append(errs, fmt.Errorf("first-byte-timeout-floor %v must be >= 0", c.FirstByteTimeoutFloor))
+	}
+	if c.OutlierBaseEjection < 0 || c.OutlierMaxEjection < 0 || (c.OutlierMaxEjection > 0 && c.OutlierBaseEjection > c.OutlierMaxEjection) {
+		errs = append(errs, fmt.Errorf("outlier-base-ejection %v and outlier-max-ejection %v must be >= 0, the base at most the max",
+			c.OutlierBaseEjection, c.OutlierMaxEjection))
+	}
+	if c.OutlierMaxEjectionPercent < 0 || c.OutlierMaxEjectionPercent > 100 {
+		errs = append(errs, fmt.Errorf("outlier-max-ejection-percent %d must be within 0–100", c.OutlierMaxEjectionPercent))
 	}
 	if err := c.ServerLimits.Validate(); err != nil {
 		errs = append(errs, err)
@@ -304,12 +355,17 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		g.upstream.Watch(g.stopWatch)
 	}()
 	g.limits = control.Limits{MaxModels: cfg.MaxModelsPerBackend, MaxBodyBytes: cfg.MaxAdminBodyBytes}
-	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace})
+	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{
+		Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace,
+		MaxEjectionPercent: cfg.OutlierMaxEjectionPercent,
+	})
+	outlier, onEjected := g.setUpHealth()
 	g.fleet = fleet.New(fleet.Deps{
 		Now: deps.Now, Logger: g.log, System: g.sys, Schedulers: g.dir,
 		NewClient: g.newClient, Probe: g.probe, ProbeInterval: cfg.HealthProbeInterval,
 		DefaultHeartbeat: cfg.Heartbeat, MinExpiry: cfg.MinExpiry,
 		OnExpired: func(string) { g.metrics.inc(mBackendsExpired) },
+		Outlier:   outlier, OnEjected: onEjected,
 	})
 	g.server = &fasthttp.Server{
 		Handler:               g.handle,

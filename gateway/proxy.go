@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
@@ -289,12 +290,12 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	ctx.Request.URI().SetScheme(schemeOf(b.Client)) // the client's own scheme is not the pylon's
 	ctx.Response.Reset()
 	ctx.Response.StreamBody = rt.mayStream
+	// The first-byte deadline, kept by the connection's watchdog (see newUpstreamConns).
+	deadline := g.firstByteDeadline(out, rt.mayStream && asksForStream(ctx.PostBody()))
+	ctx.Request.SetTimeout(deadline)
 	start := g.deps.Now()
-	err := b.Client.Do(&ctx.Request, &ctx.Response) // the headers timeout is g.upstream's
+	err := b.Client.Do(&ctx.Request, &ctx.Response)
 	if err != nil {
-		if waited := g.deps.Now().Sub(start); waited >= g.cfg.HeadersTimeout {
-			err = fmt.Errorf("%w (waited %v): %w", errHeadersTimeout, waited.Round(time.Millisecond), err)
-		}
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
 		g.release(pid, out)
 		ctx.Response.Reset()
@@ -304,10 +305,17 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 			// The backend answered; another attempt would only repeat the work.
 			return false, fmt.Errorf("%w: backend %s: the response body exceeds %d bytes; ask for \"stream\": true", ErrUpstreamError, b.ID, maxBufferedResponse)
 		}
+		var why fleet.Failure
+		why, err = transportFailure(err, g.deps.Now().Sub(start), deadline, g.cfg.HeadersTimeout)
+		g.fleet.ReportFailure(b, why)
 		if st.connectRetries < g.cfg.MaxConnectRetries && g.budgetLeft(p, rt) {
 			st.connectRetries++
 			p.PreferCluster = out.ClusterID
-			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", "connect_failover")
+			reason := "connect_failover"
+			if why == fleet.FailFirstByteTimeout {
+				reason = retryFirstByteTimeout
+			}
+			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
 			g.log.Debug("upstream transport error; failing over", "backend", b.ID, "err", err)
 			return true, nil
 		}
@@ -325,11 +333,21 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	ar := st.after
 	ar.setAttempt(ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
 	if reason, ok := g.retryable(&ctx.Response, status); ok {
+		// A pylon that cannot reach its engine: handled like a backend that cannot be
+		// reached (its connect retries, a sibling of its cluster first).
+		down := engineUnreachable(reason)
+		if down {
+			g.fleet.ReportFailure(b, fleet.FailEngineUnreachable)
+		} else {
+			g.fleet.ReportSuccess(b)
+		}
 		exhausted := ""
 		switch {
 		case !g.budgetLeft(p, rt):
 			exhausted = "retry_budget_exhausted"
-		case st.requestRetries >= g.cfg.MaxRequestRetries:
+		case down && st.connectRetries >= g.cfg.MaxConnectRetries:
+			exhausted = "connect_retries_exhausted"
+		case !down && st.requestRetries >= g.cfg.MaxRequestRetries:
 			exhausted = reason
 		default:
 		}
@@ -339,26 +357,37 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		// The load report reaches the scheduler before this request is routed again.
 		ar.runAttempt(g)
 		mismatch := reason == control.RetryQueueEstimateMismatch
-		if mismatch {
+		if mismatch || down {
 			g.release(pid, out)
 		}
 		st.lastReason = reason
 		if exhausted == "" {
-			st.requestRetries++
+			if down {
+				st.connectRetries++
+			} else {
+				st.requestRetries++
+			}
 			p.Failures++
 			p.FailedBackends = append(p.FailedBackends, b.ID)
-			if mismatch {
+			if mismatch || down {
 				p.PreferCluster = out.ClusterID
 			} else {
 				p.Req.Excluded = append(p.Req.Excluded, out.ClusterID)
 			}
-			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+			counted := reason
+			if down {
+				counted = retryEngineUnreachable
+			}
+			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", counted)
 			_ = ctx.Response.CloseBodyStream()
 			ctx.Response.Reset()
 			return true, nil
 		}
 		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", exhausted)
 	} else {
+		if !pylonFailed(&ctx.Response, status) {
+			g.fleet.ReportSuccess(b)
+		}
 		ar.overhead = max(start.Sub(p.Arrival), 0)
 		if !st.deferred || ctx.Response.IsBodyStream() {
 			// A stream may last minutes: its load report applies now.

@@ -11,9 +11,23 @@ import (
 // no timer per request; a stream then runs unbounded. fasthttp's DoTimeout would arm two
 // runtime timers per request and leave its read deadline on the connection while a stream
 // is relayed, cutting every stream longer than the timeout.
+//
+// Each attempt brings its own deadline (its first-byte deadline, see firstByteDeadline,
+// at most the headers timeout; the health probes their probe timeout) through fasthttp's
+// request timeout, which the connections keep as a watchdog tick (RequestDeadlines): the
+// watchdog ticks at an eighth of the shortest deadline an attempt may get.
 func (g *Gateway) newUpstreamConns() *relay.Conns {
-	return relay.NewConns(g.deps.Dial, g.cfg.HeadersTimeout, 0, func(uint32) {})
+	shortest := g.cfg.HeadersTimeout
+	if g.cfg.FirstByteTimeoutFactor > 0 {
+		shortest = min(shortest, g.cfg.FirstByteTimeoutFloor)
+	}
+	shortest = min(shortest, g.cfg.ProbeTimeout)
+	return relay.NewConns(g.deps.Dial, g.cfg.HeadersTimeout, 0, func(uint32) {}).
+		RequestDeadlines(g.cfg.HeadersTimeout, 0, shortest)
 }
 
-// errHeadersTimeout describes an attempt the watchdog ended.
-var errHeadersTimeout = errors.New("the pylon sent no answer within --upstream-headers-timeout")
+// errHeadersTimeout and errFirstByteTimeout describe an attempt the watchdog ended.
+var (
+	errHeadersTimeout   = errors.New("the pylon sent no answer within --upstream-headers-timeout")
+	errFirstByteTimeout = errors.New("the pylon sent no answer within the attempt's first-byte deadline")
+)

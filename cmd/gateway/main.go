@@ -57,6 +57,12 @@ type cli struct {
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
 	ShutdownDelay                time.Duration `name:"shutdown-delay" help:"On SIGTERM, keep serving this long with /readyz answering 503 before closing the listener (give load balancers time to notice)." default:"0s"`
 	UpstreamHeadersTimeout       time.Duration `name:"upstream-headers-timeout" help:"Longest wait for the first bytes of a pylon's response; a stream then runs unbounded." default:"30s"`
+	FirstByteTimeoutFactor       float64       `name:"first-byte-timeout-factor" help:"A streamed request's attempt waits for the pylon's first byte at most this many times the backend's TTFT estimate (within the floor and --upstream-headers-timeout), then is retried on another backend; 0 disables." default:"4"`
+	FirstByteTimeoutFloor        time.Duration `name:"first-byte-timeout-floor" help:"Shortest first-byte deadline of an attempt." default:"2s"`
+	OutlierConsecutiveFailures   int           `name:"outlier-consecutive-failures" help:"Failures in a row (connect failures, first-byte timeouts, a pylon whose engine is unreachable, failed health probes) that eject a backend from routing; 0 disables ejection." default:"3"`
+	OutlierBaseEjection          time.Duration `name:"outlier-base-ejection" help:"First ejection's length; it doubles with each ejection in a row (a successful request resets it)." default:"1s"`
+	OutlierMaxEjection           time.Duration `name:"outlier-max-ejection" help:"Longest ejection." default:"30s"`
+	OutlierMaxEjectionPercent    int           `name:"outlier-max-ejection-percent" help:"Most backends of one routing target ejected at once, in percent (always at least one; 100: all may be)." default:"50"`
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
 	LogLevel                     string        `name:"log-level" help:"Log level." enum:"debug,info,warn,error" default:"info"`
@@ -84,6 +90,11 @@ func (c *cli) Validate() error {
 	if c.ProxyMaxReplayBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--proxy-max-replay-body-bytes %d must be > 0", c.ProxyMaxReplayBodyBytes))
 	}
+	if c.FirstByteTimeoutFactor < 0 || c.FirstByteTimeoutFloor <= 0 || c.OutlierConsecutiveFailures < 0 ||
+		c.OutlierBaseEjection <= 0 || c.OutlierMaxEjection < c.OutlierBaseEjection || c.OutlierMaxEjectionPercent <= 0 || c.OutlierMaxEjectionPercent > 100 {
+		errs = append(errs, errors.New("--first-byte-timeout-factor and --outlier-consecutive-failures must be >= 0, --first-byte-timeout-floor and "+
+			"--outlier-base-ejection > 0, --outlier-max-ejection at least the base, --outlier-max-ejection-percent within 1–100"))
+	}
 	errs = append(errs, c.Limits.Validate())
 	return errors.Join(errs...)
 }
@@ -93,6 +104,14 @@ func retries(n int) int {
 		return -1 // Config: zero means the default, -1 means none
 	}
 	return n
+}
+
+// offIfZero maps a flag's 0 (off) to Config's -1 (zero means the default there).
+func offIfZero(f float64) float64 {
+	if f == 0 {
+		return -1
+	}
+	return f
 }
 
 func (c *cli) Run() error {
@@ -115,6 +134,9 @@ func (c *cli) Run() error {
 		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},
 		MetricsPrefix:     c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed, EnablePprof: c.EnablePprof,
+		FirstByteTimeoutFactor: offIfZero(c.FirstByteTimeoutFactor), FirstByteTimeoutFloor: c.FirstByteTimeoutFloor,
+		OutlierConsecutiveFailures: retries(c.OutlierConsecutiveFailures), OutlierBaseEjection: c.OutlierBaseEjection,
+		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent,
 		ServerLimits: c.Limits.Limits(),
 	}
 	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})

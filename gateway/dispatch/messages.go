@@ -35,9 +35,14 @@ type BackendView struct {
 	Seq *atomic.Uint64
 	// UpdatedAt orders updates for latest-wins aggregation.
 	UpdatedAt time.Time
+	// Ejected says passive health took the backend out of routing (since EjectedAt); the
+	// scheduler honours it within its cap (Deps.MaxEjectionPercent).
+	Ejected   bool
+	EjectedAt time.Time
 }
 
-// Routable reports whether the backend can take requests: ACTIVE with an RTT.
+// Routable reports whether the backend can take requests: ACTIVE with an RTT. An ejected
+// backend is routable but not a candidate (see Scheduler).
 func (v *BackendView) Routable() bool { return v.Active && v.HasRTT }
 
 // BackendChanged tells a scheduler that a backend's view of its model changed. It travels
@@ -109,6 +114,12 @@ type Outcome struct {
 	HasExpected     bool
 	RankDepth       int
 	KVSkipped       bool
+	// TTFT is the backend's estimated time to first byte for this request (RTT + queue +
+	// prefill); HasTTFT is false when it is unknown (no usable throughput). InputTPS is the
+	// backend's input throughput the estimate used.
+	TTFT     time.Duration
+	HasTTFT  bool
+	InputTPS float64
 	// Routing is the time from arrival to this first grant (< 0 for a retry's grant).
 	Routing time.Duration
 	// Rejected

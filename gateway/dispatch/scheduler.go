@@ -12,6 +12,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
@@ -50,6 +51,11 @@ type Deps struct {
 	// freed memory back to the operating system at the end of the burst (see
 	// Directory.sweep); 0 means DefaultReleaseAfter (10 000), a negative value never.
 	ReleaseAfter int
+	// MaxEjectionPercent caps the backends passive health may take out of one target's
+	// candidates at once: at most this percent of its routable backends, and always at
+	// least one; 0 (or 100 and more) lets every backend be ejected. Over the cap, the
+	// backends ejected first stay out and the others stay candidates.
+	MaxEjectionPercent int
 }
 
 // State is the scheduler's published state for /debug/state.
@@ -59,6 +65,10 @@ type State struct {
 	Candidates   int            `json:"candidates"`
 	Parked       int            `json:"parked"`
 	Reservations map[string]int `json:"reservations"`
+	// Ejected lists the backends ejection keeps out of the candidates; EjectedOverCap
+	// those ejected but kept as candidates by the cap.
+	Ejected        []string `json:"ejected,omitempty"`
+	EjectedOverCap []string `json:"ejected_over_cap,omitempty"`
 }
 
 type reservation struct {
@@ -74,6 +84,10 @@ type backendState struct {
 	// echoes is set once the backend has echoed a dispatch sequence: from then on only an
 	// echo covering a reservation drops it.
 	echoes bool
+	// out says the backend is ejected and the cap lets it stay out of the candidates.
+	out bool
+	// lastTPS is the last valid input throughput the backend reported (0 = none).
+	lastTPS float64
 }
 
 type clusterInfo struct {
@@ -114,6 +128,12 @@ type Scheduler struct {
 	// sys is the actor system; stopped is set once the actor stopped (see stoppedInvoker).
 	sys     *actor.ActorSystem
 	stopped bool
+	// tpsMedian is the median valid input throughput of the target's backends (0 = none),
+	// recomputed with each whole rebuild: a backend without a measured throughput (new,
+	// restarted) is estimated with it rather than as never finishing any prefill.
+	tpsMedian  float64
+	tpsScratch []float64
+	ejScratch  []*backendState
 }
 
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
@@ -254,8 +274,11 @@ func (s *Scheduler) applyView(v *BackendView) {
 		s.backends[v.ID] = b
 		s.order = s.order[:0]
 	}
-	if !ok || b.view.Routable() != v.Routable() || b.view.ClusterID != v.ClusterID {
+	if !ok || b.view.Routable() != v.Routable() || b.view.ClusterID != v.ClusterID || b.view.Ejected != v.Ejected {
 		s.dirty = true // the candidate set or the order changes: rebuild it whole
+	}
+	if load.ValidTPS(v.Load.InputTPS) {
+		b.lastTPS = v.Load.InputTPS
 	}
 	b.view = *v
 	b.echoes = b.echoes || v.SeqEcho > 0
@@ -354,6 +377,8 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		}
 		return strings.Compare(a, b)
 	})
+	s.capEjections()
+	s.tpsMedian = s.medianTPS()
 	candidates := s.cands[:0]
 	for _, info := range s.clusters {
 		info.seen = false
@@ -376,7 +401,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		if len(b.reservations) > 0 && now.Sub(b.reservations[0].at) > ReservationTTL {
 			b.reservations = slices.DeleteFunc(b.reservations, func(r reservation) bool { return now.Sub(r.at) > ReservationTTL })
 		}
-		if !b.view.Routable() {
+		if !b.view.Routable() || b.out {
 			continue
 		}
 		if info == nil || b.view.ClusterID != cluster {
@@ -437,7 +462,9 @@ func (s *Scheduler) clusterCandidate(cluster string, ids []string) (lb.Candidate
 	source, latest := 0, time.Time{}
 	for i, id := range ids {
 		b := s.backends[id]
-		group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: b.view.Load, Active: true})
+		l := b.view.Load
+		l.InputTPS = s.inputTPS(b)
+		group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: l, Active: true})
 		resv = append(resv, b.reservations...)
 		if at := b.view.UpdatedAt; i == 0 || at.After(latest) {
 			source, latest = i, at
@@ -603,8 +630,15 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 		Kind: OutcomeGranted, BackendID: backendID, ClusterID: cand.ClusterID,
 		RankDepth: d.RankDepth, KVSkipped: d.KVSkipped,
 	}
-	if q := cand.Load.EffectiveQueue(p.Req.Priority); q.IsFinite() {
+	q := cand.Load.EffectiveQueue(p.Req.Priority)
+	if q.IsFinite() {
 		out.ExpectedQueueMs, out.HasExpected = uint64(max(q.Duration().Milliseconds(), 0)), true
+	}
+	// The backend's own time to first byte: the candidate's queue, then this request's
+	// prefill at the backend's own throughput (a cluster's candidate sums its backends').
+	out.InputTPS = s.inputTPS(b)
+	if ttft := load.MillisOf(b.view.RTT) + q + load.WorkTime(float64(p.Req.InputTokens), out.InputTPS); ttft.IsFinite() {
+		out.TTFT, out.HasTTFT = ttft.Duration(), true
 	}
 	if b.view.Seq != nil {
 		out.Seq = b.view.Seq.Add(1)
@@ -655,7 +689,16 @@ func (s *Scheduler) stateNow() *State {
 		if len(b.reservations) > 0 {
 			st.Reservations[id] = len(b.reservations)
 		}
+		switch {
+		case b.out:
+			st.Ejected = append(st.Ejected, id)
+		case b.view.Ejected && b.view.Routable():
+			st.EjectedOverCap = append(st.EjectedOverCap, id)
+		default:
+		}
 	}
+	slices.Sort(st.Ejected)
+	slices.Sort(st.EjectedOverCap)
 	return st
 }
 

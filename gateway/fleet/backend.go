@@ -58,6 +58,7 @@ type backendActor struct {
 	deadline time.Time
 	alarm    *actors.Alarm
 	gone     bool
+	health   health
 }
 
 func (a *backendActor) Receive(c actor.Context) {
@@ -66,11 +67,11 @@ func (a *backendActor) Receive(c actor.Context) {
 		a.alarm = actors.NewAlarm(c.ActorSystem().Root, c.Self())
 	case *actor.Stopping:
 		a.alarm.Stop()
+		a.leave()
 		a.removeAll()
 	case registered:
 		a.onRegistered(m)
-		a.alarm.Fired()
-		a.alarm.Arm(a.fleet.deps.Now(), a.deadline)
+		a.rearm(a.fleet.deps.Now())
 	case *loadReported:
 		a.onLoad(m)
 		*m = loadReported{}
@@ -81,17 +82,24 @@ func (a *backendActor) Receive(c actor.Context) {
 		}
 	case rttMeasured:
 		a.rtt, a.hasRTT = m.rtt, true
-		for _, mv := range a.models {
-			a.notify(mv)
-		}
+		a.onProbeOK(a.fleet.deps.Now())
+		a.notifyAll()
+	case succeeded:
+		a.onSucceeded()
+	case failed:
+		now := a.fleet.deps.Now()
+		a.onFailed(m, now)
+		a.rearm(now)
 	case actors.Tick:
-		a.alarm.Fired()
-		if now := a.fleet.deps.Now(); !now.Before(a.deadline) {
+		now := a.fleet.deps.Now()
+		if !now.Before(a.deadline) {
+			a.alarm.Fired()
 			a.fleet.deps.Logger.Info("backend expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
 			a.expire(c)
 			return
 		}
-		a.alarm.Arm(a.fleet.deps.Now(), a.deadline)
+		a.checkEjection(now)
+		a.rearm(now)
 	case stateRequest:
 		c.Respond(a.stateNow())
 	case deregistered:
@@ -102,11 +110,21 @@ func (a *backendActor) Receive(c actor.Context) {
 	}
 }
 
+// rearm sets the alarm for the next of the liveness deadline and the end of an ejection.
+func (a *backendActor) rearm(now time.Time) {
+	a.alarm.Fired()
+	a.alarm.Arm(now, a.deadline)
+	if a.health.ejected {
+		a.alarm.Arm(now, a.health.until)
+	}
+}
+
 func (a *backendActor) expire(c actor.Context) {
 	if a.gone {
 		return
 	}
 	a.gone = true
+	a.leave()
 	a.removeAll()
 	a.fleet.forget(a.b)
 	c.Stop(c.Self())
@@ -184,6 +202,7 @@ func (a *backendActor) notify(mv *modelView) {
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
 	v.Active = mv.status == control.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
+	v.Ejected, v.EjectedAt = a.health.ejected, a.health.at
 	a.fleet.deps.System.Root.Send(mv.scheduler, dispatch.NewBackendChanged(&v))
 }
 
@@ -193,7 +212,7 @@ func (a *backendActor) stateNow() *State {
 	s := &State{
 		ID: a.b.ID, URL: a.b.URL, ClusterID: a.b.ClusterID, RoutingKey: a.b.RoutingKey,
 		RTTMs: float64(a.rtt) / float64(time.Millisecond), HasRTT: a.hasRTT, LastSeen: a.lastSeen,
-		Models: make(map[string]*ModelState, len(a.models)),
+		Models: make(map[string]*ModelState, len(a.models)), Health: a.health.state(),
 	}
 	for name, mv := range a.models {
 		st := control.StatsFromLoad(&mv.view.Load)

@@ -49,6 +49,10 @@ type Deps struct {
 	MinExpiry time.Duration
 	// OnExpired is called (from the actor) when a backend expires or deregisters.
 	OnExpired func(id string)
+	// Outlier is the passive health policy (zero: no ejection).
+	Outlier Outlier
+	// OnEjected is called (from the actor) when a backend is ejected.
+	OnEjected func(id string, why Failure)
 }
 
 // Fleet is the registry of backends. Safe for concurrent use.
@@ -57,6 +61,7 @@ type Fleet struct {
 	mu       sync.RWMutex // read-locked on the per-request path (Get)
 	backends map[string]*Backend
 	wg       sync.WaitGroup
+	ejected  atomic.Int64 // backends ejected right now
 }
 
 // Backend is one registered backend: identity, data-path client and actor.
@@ -70,8 +75,11 @@ type Backend struct {
 	IDBytes, URLBytes, ClusterIDBytes []byte
 	Client                            *fasthttp.HostClient
 	seq                               atomic.Uint64
-	pid                               *actor.PID
-	cancel                            context.CancelFunc
+	// failing is set while the backend has failures on record: only then does a
+	// successful request message its actor (see Fleet.ReportSuccess).
+	failing atomic.Bool
+	pid     *actor.PID
+	cancel  context.CancelFunc
 	// The report slot: the latest load report its actor has not taken yet (reports are
 	// latest-wins, so under load many collapse into one actor message).
 	reportMu  sync.Mutex
@@ -99,6 +107,8 @@ type State struct {
 	Routable   bool                   `json:"routable"`
 	LastSeen   time.Time              `json:"last_registration"`
 	Models     map[string]*ModelState `json:"models"`
+	// Health is the passive health (outlier ejection) state.
+	Health EjectionState `json:"health"`
 }
 
 // ModelState is one model of a backend in State.
@@ -286,6 +296,7 @@ func (f *Fleet) probeLoop(ctx context.Context, b *Backend) {
 			f.ReportRTT(b.ID, rtt)
 		} else if ctx.Err() == nil {
 			f.deps.Logger.Debug("health probe failed", "backend", b.ID, "err", err)
+			f.ReportFailure(b, FailProbe)
 		}
 	}
 	probe()
