@@ -66,8 +66,8 @@ const (
 	reasonBodyTooLarge       = "request_body_too_large"
 )
 
-// upstreamFailure answers an engine call that failed before any response was relayed.
-// These are local upstream failures (REFERENCE.md §4.6 item 8).
+// upstreamFailure answers an engine call that failed before any response was relayed
+// (a local upstream failure).
 //   - A shutdown past its drain timeout aborted the call: 503, reason
 //     local_connect_failure, retryable only with --local-connect-failures-retryable.
 //   - The engine is unreachable: no connection to it could be made (the request never
@@ -76,8 +76,8 @@ const (
 //     the request with it). 503, reason local_connect_failure, always retryable: the
 //     gateway retries on another backend before anything reached its client, and counts
 //     the failure against this backend's health.
-//   - The first-output timeout (the engine sent nothing in time; REFERENCE.md §4.6 item
-//     10): 504, reason first_output_timeout, retryable only with the flag: the engine is
+//   - The first-output timeout (the engine sent nothing within --first-output-timeout-ms):
+//     504, reason first_output_timeout, retryable only with the flag: the engine is
 //     working on the request.
 //   - Anything else (the engine closed the connection but still accepts new ones): 503,
 //     reason local_connect_failure, retryable only with the flag, since the engine may

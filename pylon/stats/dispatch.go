@@ -40,13 +40,18 @@ func (a *Aggregate) noteDispatch(d Dispatch) (late bool) {
 	if a.latest == nil {
 		a.latest = make(map[any]uint64)
 	}
-	if hi := a.latest[d.From]; d.Seq < hi {
+	if hi := a.latest[d.From]; d.Seq < hi && hi-d.Seq <= restartGap {
 		a.lateQueued++
 		return true
 	}
-	a.latest[d.From] = d.Seq
+	a.latest[d.From] = d.Seq // higher, or far lower: the gateway restarted under its id
 	return false
 }
+
+// restartGap is how far below the highest seq a dispatch may arrive and still be taken
+// for one that was overtaken: far more than a gateway ever has in flight to one pylon. A
+// seq further below means the gateway restarted with the same id and counts from 1 again.
+const restartGap = 1 << 16
 
 // withoutLaterDispatches removes from l, the load of the live requests, those of d.From
 // dispatched after d and the late ones (see Dispatch): one running request each, and

@@ -96,3 +96,17 @@ func TestAdmitFreeSlotWithoutLaterDispatches(t *testing.T) {
 		t.Errorf("%+v, want accepted with a free slot", d)
 	}
 }
+
+// A gateway that restarts with the same id counts its dispatches from 1 again: they are
+// not taken for late ones of the old numbering.
+func TestAdmitAfterGatewayRestart(t *testing.T) {
+	t.Parallel()
+	a := burstAggregate()
+	g := &gw{"gw-1"}
+	a.AdmitDispatch("old", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 1 << 20}, on, t0)
+	a.AdmitDispatch("new1", 0, 100, 100, true, stats.Dispatch{From: g, Seq: 1}, on, t0)
+	// new1 is not late: the next dispatch is judged against both queued requests.
+	if d := a.AdmitDispatch("new2", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 2}, on, t0); d.Result != admission.Rejected || d.ActualMs != 200 {
+		t.Errorf("%+v, want rejected against 200 ms", d)
+	}
+}
