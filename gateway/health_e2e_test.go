@@ -18,6 +18,7 @@ type trafficResult struct {
 	took    time.Duration
 	status  int
 	backend string
+	body    string // of a failure
 }
 
 // loadFor runs clients loops of streamed chat requests (x-input-tokens tokens) for d and
@@ -36,9 +37,13 @@ func (f *fleetE2E) loadFor(clients int, d time.Duration, tokens int, at map[time
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				start := time.Now()
-				status, _, h := f.do("POST", "/v1/chat/completions", body, map[string]string{"x-input-tokens": strconv.Itoa(tokens)})
+				status, answer, h := f.do("POST", "/v1/chat/completions", body, map[string]string{"x-input-tokens": strconv.Itoa(tokens)})
+				r := trafficResult{start: start, took: time.Since(start), status: status, backend: h["x-inference-server-id"]}
+				if status != 200 {
+					r.body = answer
+				}
 				mu.Lock()
-				out = append(out, trafficResult{start: start, took: time.Since(start), status: status, backend: h["x-inference-server-id"]})
+				out = append(out, r)
 				mu.Unlock()
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -93,6 +98,11 @@ func TestLoopbackE2EEngineKilledNoFailures(t *testing.T) {
 	t.Logf("before the kill: %d requests %v; after: %d requests, %d failed, slowest %v, served by %v", before, beforeBy, n, failed, maxTook, by)
 	if n < 50 || failed != 0 {
 		t.Errorf("%d of %d requests started after the engine was killed failed, want 0", failed, n)
+		for _, r := range rs {
+			if r.status != 200 && !r.start.Before(killed) {
+				t.Logf("%v after the kill: %d from %q: %s", r.start.Sub(killed), r.status, r.backend, r.body)
+			}
+		}
 	}
 	_, state, _ := f.do("GET", "/debug/state", nil, nil)
 	t.Logf("state: %s", state)

@@ -72,8 +72,8 @@ const (
 //     local_connect_failure, retryable only with --local-connect-failures-retryable.
 //   - The engine is unreachable: no connection to it could be made (the request never
 //     reached it), or the connection closed before any response byte and engineDown (nil:
-//     not asked) finds that no new connection can be made either (the engine died, and
-//     the request with it). 503, reason local_connect_failure, always retryable: the
+//     not asked) finds the engine does not answer either (it died, and the request with
+//     it). 503, reason local_connect_failure, always retryable: the
 //     gateway retries on another backend before anything reached its client, and counts
 //     the failure against this backend's health.
 //   - The first-output timeout (the engine sent nothing within --first-output-timeout-ms):
