@@ -8,16 +8,23 @@ import (
 )
 
 // powerOfN samples sample_count distinct non-excluded candidates and takes the best by its
-// comparator, ties broken uniformly at random (REFERENCE.md §1.3). It never waits.
+// comparator, ties broken uniformly at random. With the ttft comparator, estimates within
+// the tie tolerance of the best count as ties. It never waits.
 type powerOfN struct {
 	sample     int
 	comparator load.Comparator
+	tie        float64 // tie tolerance in the comparator's unit (ms; 0 = exact ties only)
 	rng        Rand
 	eligible   []int32
+	scores     []float64
 }
 
 func newPowerOfN(e lbconfig.Entry, rng Rand) Balancer {
-	return &powerOfN{sample: e.SampleCount, comparator: e.Comparator, rng: rng}
+	b := &powerOfN{sample: e.SampleCount, comparator: e.Comparator, rng: rng}
+	if e.Comparator == load.ComparatorTTFT {
+		b.tie = float64(load.MillisOf(e.TieTolerance))
+	}
+	return b
 }
 
 func (b *powerOfN) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
@@ -40,20 +47,28 @@ func (b *powerOfN) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 		}
 		k = b.sample
 	}
-	best, bestScore, ties := -1, 0.0, 0
-	for _, idx := range el[:k] {
+	scores := b.scores[:0]
+	bestScore := 0.0
+	for i, idx := range el[:k] {
 		c := &s.Candidates[idx]
 		est := c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, 1, load.Ignore{})
 		score := b.comparator.Score(&c.Load, est, r.InputTokens)
-		switch {
-		case best < 0 || score < bestScore:
-			best, bestScore, ties = int(idx), score, 1
-		case score == bestScore:
-			// Reservoir tie-break: the k-th equal candidate wins with probability 1/k.
-			ties++
-			if b.rng.IntN(ties) == 0 {
-				best = int(idx)
-			}
+		scores = append(scores, score)
+		if i == 0 || score < bestScore {
+			bestScore = score
+		}
+	}
+	b.scores = scores
+	// Reservoir tie-break over the candidates within the tolerance of the best: the k-th
+	// tied candidate wins with probability 1/k.
+	best, ties := -1, 0
+	for i, idx := range el[:k] {
+		if scores[i] > bestScore+b.tie || (b.tie == 0 && scores[i] != bestScore) {
+			continue
+		}
+		ties++
+		if ties == 1 || b.rng.IntN(ties) == 0 {
+			best = int(idx)
 		}
 	}
 	return Selected(best, 1)

@@ -34,6 +34,7 @@ type wawConfig struct {
 	unlockFactor float64
 	n            int
 	maxQueued    uint64
+	tie          load.Millis // tie tolerance of the ttft comparator (0 = exact ties only)
 	// affinity
 	seed           string
 	virtualNodes   int
@@ -53,6 +54,7 @@ func newWAWConfig(e lbconfig.Entry) wawConfig {
 		unlockFactor:   e.UnlockFactor,
 		n:              max(e.N, 1),
 		maxQueued:      e.MaxQueued,
+		tie:            load.MillisOf(e.TieTolerance),
 		seed:           e.Seed,
 		virtualNodes:   max(e.VirtualNodes, 1),
 		selectionCount: e.SelectionCount,
@@ -259,7 +261,9 @@ func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlock
 
 // best samples min(n, len(open)) entries uniformly (partial Fisher–Yates) and returns the
 // candidate index of the best by the comparator; the first minimum of the shuffled sample
-// wins, so ties are broken at random.
+// wins, so ties are broken at random. With the ttft comparator and a tie tolerance, the
+// first entry of the shuffled sample within the tolerance of the minimum wins: near-ties
+// are spread at random too, drawing nothing more from rng.
 func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) int {
 	k := min(c.n, len(open))
 	for i := range k {
@@ -270,6 +274,13 @@ func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) int {
 	for i := 1; i < k; i++ {
 		if c.less(s, r, &open[i], &open[bi]) {
 			bi = i
+		}
+	}
+	if c.tie > 0 && c.comparator == load.ComparatorTTFT {
+		for i := range bi {
+			if open[i].cmpv <= open[bi].cmpv+c.tie {
+				return int(open[i].idx)
+			}
 		}
 	}
 	return int(open[bi].idx)

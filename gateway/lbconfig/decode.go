@@ -27,6 +27,9 @@ const (
 	fieldQueueCeil         = "max_queue_time_ceil_ms"
 )
 
+// fieldTieTolerance is the near-tie band of power-of-n and wait-and-widen.
+const fieldTieTolerance = "tie_tolerance_ms"
+
 // commonFields are accepted on every detailed entry.
 var commonFields = []string{
 	fieldAlgorithm, "require_cache_affinity_key", "require_input_tokens",
@@ -44,8 +47,8 @@ var wawFields = []string{
 // algorithmFields lists the algorithm-specific fields of each algorithm. A comparator is
 // decoded for pulsar-wait-and-widen so that Validate can refuse it by name.
 var algorithmFields = [numAlgorithms][]string{
-	PowerOfN:           {"sample_count", "comparator"},
-	WaitAndWiden:       wawFields,
+	PowerOfN:           {"sample_count", "comparator", fieldTieTolerance},
+	WaitAndWiden:       append(slices.Clone(wawFields), fieldTieTolerance),
 	RoundRobin:         nil,
 	Random:             nil,
 	Pulsar:             {"seed", "consider_kv_free_tokens"},
@@ -346,6 +349,8 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.IgnoreInputProcessingTime, raw, decodeBool)
 	case "consider_kv_free_tokens":
 		return assign(&e.ConsiderKVFreeTokens, raw, decodeBool)
+	case fieldTieTolerance:
+		return assign(&e.TieTolerance, raw, decodeMillis)
 	default: // not reachable: supports() admits only the fields above
 		return errors.New("unsupported field")
 	}

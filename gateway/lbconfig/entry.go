@@ -20,6 +20,8 @@ const (
 	DefaultBucketSize         = 20 * time.Millisecond // ttft_bucket_size_ms
 	DefaultUnlockFactor       = 0.25                  // next_bucket_unlock_factor
 	DefaultN                  = 2                     // n, the wait-and-widen sample size
+	DefaultTieTolerance       = 5 * time.Millisecond  // tie_tolerance_ms of power-of-n
+	DefaultWAWTieTolerance    = time.Millisecond      // tie_tolerance_ms of wait-and-widen
 )
 
 // Entry is one algorithm definition with every setting resolved: defaults applied and
@@ -51,6 +53,16 @@ type Entry struct {
 	// Comparator ranks candidates: default ComparatorTTFT for power-of-n and
 	// wait-and-widen, ComparatorNone for the other algorithms (which take none).
 	Comparator load.Comparator
+	// TieTolerance is tie_tolerance_ms (power-of-n and wait-and-widen, ttft comparator):
+	// candidates whose TTFT estimates are within it of the best are tied, and ties are
+	// broken at random. TTFT estimates are only as exact as the RTT probes and the measured
+	// throughput behind them (a few milliseconds), so idle backends whose estimates differ
+	// by less share the traffic instead of the seemingly nearest taking all of it — a
+	// restarted backend, whose first throughput samples are cold, included. Default 5 ms
+	// for power-of-n; 1 ms for wait-and-widen, whose buckets already group estimates and
+	// whose comparator must still prefer a queue a few milliseconds shorter inside an
+	// unlocked bucket. 0 = only exact ties.
+	TieTolerance time.Duration
 
 	// Seed is part of the affinity and rendezvous hashes (wait-and-widen, pulsar,
 	// pulsar-wait-and-widen); default empty.
@@ -100,9 +112,11 @@ func DefaultEntry(a Algorithm) Entry {
 	case PowerOfN:
 		e.SampleCount = DefaultSampleCount
 		e.Comparator = load.ComparatorTTFT
+		e.TieTolerance = DefaultTieTolerance
 	case WaitAndWiden, PulsarWaitAndWiden:
 		if a == WaitAndWiden {
 			e.Comparator = load.ComparatorTTFT
+			e.TieTolerance = DefaultWAWTieTolerance
 		}
 		e.VirtualNodes = DefaultVirtualNodes
 		e.AffinityInputScale = DefaultAffinityInputScale

@@ -22,11 +22,12 @@ func TestDefaultEntry(t *testing.T) {
 		BucketSize:         20 * time.Millisecond,
 		UnlockFactor:       0.25,
 		N:                  2,
+		TieTolerance:       time.Millisecond,
 	}
 	pwaw := waw
-	pwaw.Algorithm, pwaw.Name, pwaw.Comparator = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone
+	pwaw.Algorithm, pwaw.Name, pwaw.Comparator, pwaw.TieTolerance = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone, 0
 	want := []Entry{
-		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT},
+		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 5 * time.Millisecond},
 		waw,
 		{Algorithm: RoundRobin, Name: "round-robin"},
 		{Algorithm: Random, Name: "random"},

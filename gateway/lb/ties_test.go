@@ -1,0 +1,52 @@
+package lb_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/gateway/lb"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// Idle backends whose estimates differ by less than the tie band are near-ties: power-of-n and
+// wait-and-widen spread them at random instead of sending every request to the nearest
+// (with tie_tolerance_ms 0, the reference's exact ties, the nearest takes all). A backend
+// clearly faster than the band still wins every time.
+func TestNearTiesAreSpread(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		near, far *lb.Snapshot
+		tolerance time.Duration
+		entry     func(tol time.Duration) lbconfig.Entry
+	}{
+		{"power-of-n", snap(idle("a", 0.2), idle("b", 2.5)), snap(idle("a", 0.2), idle("b", 20)), lbconfig.DefaultTieTolerance, func(tol time.Duration) lbconfig.Entry {
+			e := lbconfig.DefaultEntry(lbconfig.PowerOfN)
+			e.TieTolerance = tol
+			return e
+		}},
+		{"wait-and-widen", snap(idle("a", 0.2), idle("b", 0.5)), snap(idle("a", 0.2), idle("b", 5)), lbconfig.DefaultWAWTieTolerance, func(tol time.Duration) lbconfig.Entry {
+			return waw(func(e *lbconfig.Entry) { e.TieTolerance = tol })
+		}},
+	} {
+		share := func(tol time.Duration, s *lb.Snapshot) float64 {
+			b := newBalancer(t, c.entry(tol), seeded())
+			n := 0
+			for range 1000 {
+				if d := b.Decide(s, &lb.Request{InputTokens: 100}, 0); d.Kind == lb.KindSelected && d.Index == 1 {
+					n++
+				}
+			}
+			return float64(n) / 1000
+		}
+		if got := share(c.tolerance, c.near); got < 0.35 || got > 0.65 {
+			t.Errorf("%s, default tolerance: the farther of two near-tied backends got %.0f %%, want about half", c.name, got*100)
+		}
+		if got := share(0, c.near); got != 0 {
+			t.Errorf("%s, exact ties only: the farther backend got %.0f %%, want 0", c.name, got*100)
+		}
+		if got := share(c.tolerance, c.far); got != 0 {
+			t.Errorf("%s: a backend clearly slower than the tie band got %.0f %%, want 0", c.name, got*100)
+		}
+	}
+}
