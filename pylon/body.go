@@ -9,11 +9,11 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// checkBody validates the body of a POST to an inference endpoint once, before admission
-// (REFERENCE.md §4.6 item 5): it must be a JSON object, and with RequireStreaming a chat or
-// responses body must set "stream": true. fasthttp has already read the whole body (larger
-// than MaxRequestBodyBytes: 413 from the server's ErrorHandler). It reports whether the
-// response is to be streamed; other paths and methods pass unchecked.
+// checkBody validates the body of a POST to an inference endpoint once, before admission:
+// it must be a JSON object, and with RequireStreaming a chat or responses body must set
+// "stream": true. fasthttp has already read the whole body (larger than
+// MaxRequestBodyBytes: 413 from the server's ErrorHandler). It reports whether the response
+// is to be streamed; other paths and methods pass unchecked.
 func (p *Pylon) checkBody(ctx *fasthttp.RequestCtx) (stream bool, _ *problem) {
 	body := ctx.Request.Body()
 	stream = streamRequested(body)

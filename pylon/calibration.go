@@ -35,7 +35,7 @@ const (
 // ErrCalibration is the class of calibration failures (startup fails with it).
 var ErrCalibration = errors.New("input-throughput calibration failed")
 
-// calibrate runs the calibration ramp of REFERENCE.md §4.7 for every served model before
+// calibrate runs the calibration ramp (package calibrate) for every served model before
 // the pylon registers. The synthetic requests go through the pylon's own data path (over a
 // private in-memory listener), so they are admitted, tracked and observed exactly like
 // gateway traffic: the engine stats stream or the fallback samples feed each model's

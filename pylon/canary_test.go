@@ -35,9 +35,9 @@ func engineControl(t *testing.T, h *hermetic, body string) {
 	}
 }
 
-// Canaries (REFERENCE.md §4.7): a failing canary advertises the model INACTIVE within one
-// canary interval and a passing one restores ACTIVE; a canary that generates exactly the
-// threshold's tokens is a runaway generation (INACTIVE); with canaries off nothing changes.
+// Canaries: a failing canary advertises the model INACTIVE within one canary interval and a
+// passing one restores ACTIVE; a canary that generates exactly the threshold's tokens is a
+// runaway generation (INACTIVE); with canaries off nothing changes.
 func TestHermeticCanaries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := pylon.DefaultConfig()

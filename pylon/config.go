@@ -22,7 +22,7 @@ const (
 	BackendDynamo      = "dynamo"
 )
 
-// Defaults (DESIGN.md §9 pylon, REFERENCE.md §4.1).
+// Defaults of the pylon's flags.
 const (
 	DefaultListenAddr            = "127.0.0.1:8100"
 	DefaultID                    = "pylon"
@@ -61,10 +61,10 @@ type Config struct {
 	// with that prefix) and deregisters from vanished ones.
 	GatewayDNS         string
 	GatewayDNSInterval time.Duration
-	// Canaries (REFERENCE.md §4.7): every CanaryInterval (0 = off) a tiny completion
-	// (prompt "1+1=", max_tokens CanaryThreshold) per model straight to the engine; a
-	// failure, a timeout (CanaryTimeout) or exactly CanaryThreshold generated tokens (a
-	// runaway generation) advertises every model INACTIVE until a canary passes again.
+	// Canaries: every CanaryInterval (0 = off) a tiny completion (prompt "1+1=", max_tokens
+	// CanaryThreshold) per model straight to the engine; a failure, a timeout
+	// (CanaryTimeout) or exactly CanaryThreshold generated tokens (a runaway generation)
+	// advertises every model INACTIVE until a canary passes again.
 	CanaryInterval  time.Duration
 	CanaryTimeout   time.Duration
 	CanaryThreshold int
@@ -114,7 +114,8 @@ type Config struct {
 	// closed and the relayed stream cut (30 s; 0 = none).
 	StreamIdleTimeout time.Duration
 	// RequireStreaming rejects chat and responses bodies without "stream": true with 400
-	// (REFERENCE.md §4.6 item 5; off by default: DESIGN.md makes streaming optional).
+	// (off by default: streaming is optional here, unlike in the reference pylon, which
+	// always requires it).
 	RequireStreaming bool
 
 	// ControlToken or ControlTokenFile (re-read on change) is the bearer token presented to

@@ -13,8 +13,9 @@ import (
 const maxGateways = 256
 
 // gatewayState is what the pylon tracks for one gateway that dispatches to it: the
-// highest dispatch seq it has admitted (echoed in x-pylon-load and registrations, DESIGN.md
-// §5.2). Generations key their deliveries by it.
+// highest dispatch seq it has admitted (echoed in x-pylon-load and registrations, so the
+// gateway drops exactly the reservations at or below it). Generations key their deliveries
+// by it.
 type gatewayState struct {
 	id  string
 	seq atomic.Uint64

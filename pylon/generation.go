@@ -14,7 +14,8 @@ import (
 	"github.com/switchyard/switchyard/pylon/stats"
 )
 
-// sweepInterval is the period of the staleness sweep (REFERENCE.md §4.4).
+// sweepInterval is the period of the staleness sweep (stats.RequestStateTTL,
+// stats.ModelStatsTTL).
 const sweepInterval = time.Second
 
 type phaseCount struct{ requests, tokens uint64 }
@@ -204,12 +205,13 @@ type modelEntry struct {
 	metrics *modelMetrics
 }
 
-// genActor owns one generation's aggregate (DESIGN.md §3). Every message is applied to the
-// pure stats.Aggregate; a change marks the generation dirty and tells the registrars (which
-// coalesce: only the first change after each of their sends posts to them). The snapshot
-// is rebuilt only for a reader: before acknowledging a request's responseStarted or
-// completed (the handler then writes x-pylon-load, which so includes its own request),
-// before answering a rejected admission, and on flush (registrars, metrics).
+// genActor owns one generation's aggregate (one protoactor actor per model generation).
+// Every message is applied to the pure stats.Aggregate; a change marks the generation dirty
+// and tells the registrars (which coalesce: only the first change after each of their sends
+// posts to them). The snapshot is rebuilt only for a reader: before acknowledging a
+// request's responseStarted or completed (the handler then writes x-pylon-load, which so
+// includes its own request), before answering a rejected admission, and on flush
+// (registrars, metrics).
 //
 // It runs on an inline mailbox (genProps, actors.InlineMailbox): a message sent while the
 // actor is idle is processed on the sender's goroutine, so a request handler's calls cost

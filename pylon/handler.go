@@ -255,7 +255,10 @@ func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, e
 }
 
 // fromUpstream strips an engine response's hop-by-hop headers and applies the retry
-// signalling of REFERENCE.md §4.6 item 9, in one pass over the header.
+// signalling, in one pass over the header: a status in RetryableStatusCodes (flagged by the
+// engine's own retry header when RequireUpstreamRetryHeader) gets x-stargate-retryable:
+// true with reason upstream_admission_rejected (and Retry-After as
+// x-stargate-retry-after-ms); the engine's retry header is not forwarded.
 func (p *Pylon) fromUpstream(h *fasthttp.ResponseHeader) {
 	status := h.StatusCode()
 	signalled := false

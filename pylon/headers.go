@@ -9,7 +9,8 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 )
 
-// hopByHop are the hop-by-hop headers removed in both directions (LIBRARIES.md §2.3).
+// hopByHop are the hop-by-hop headers removed in both directions (fasthttp's client does not
+// strip them).
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer", "Upgrade", "Proxy-Connection"}
 
 // headerSet is a fixed list of header names (at most 64) that a proxy removes. It walks a

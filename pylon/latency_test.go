@@ -33,7 +33,8 @@ func TestLoopbackAddedLatency(t *testing.T) {
 	cfg.InitialInputTPS = 1000
 	pylonURL := startPylon(t, cfg)
 
-	// The bare proxy: the LIBRARIES.md §2.4 idiom, nothing else.
+	// The bare proxy: fasthttp's zero-copy streaming proxy idiom (hop-by-hop headers removed,
+	// HostClient.Do into the response), nothing else.
 	hc := &fasthttp.HostClient{Addr: engineURL[len("http://"):]}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

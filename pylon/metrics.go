@@ -13,7 +13,7 @@ import (
 	"github.com/switchyard/switchyard/pylon/stats"
 )
 
-// Metric names (REFERENCE.md §4.8), without the configurable prefix.
+// Metric names, without the configurable prefix.
 const (
 	mTargetInfo          = "target_info"
 	mRegistrationConn    = "registration_stream_connected"

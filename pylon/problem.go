@@ -110,7 +110,8 @@ func engineUnreachable() *problem {
 	return p
 }
 
-// invalidBody rejects an inference request body (REFERENCE.md §4.6 item 5).
+// invalidBody rejects an inference request body: not a JSON object, or a chat or responses
+// body without "stream": true under RequireStreaming (400).
 func invalidBody(detail string) *problem {
 	p := newProblem(fasthttp.StatusBadRequest, detail)
 	p.Reason = reasonInvalidBody

@@ -1,7 +1,7 @@
-// Package pylon is the sidecar next to one inference engine (DESIGN.md §3, §5; REFERENCE.md
-// §4): it relays the gateway's requests to the engine over fasthttp while observing the
-// stream, runs local queue admission, keeps one protoactor actor per model generation with
-// the per-model aggregate, ingests the engine's own stats, and registers the full snapshot
+// Package pylon is the sidecar next to one inference engine (docs/pylon.md): it relays
+// the gateway's requests to the engine over fasthttp while observing the stream, runs
+// local queue admission, keeps one protoactor actor per model generation with the
+// per-model aggregate, ingests the engine's own stats, and registers the full snapshot
 // with every gateway through one registrar actor each.
 package pylon
 

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// Defaults of the batched model: the reference's h100-llama-3.1-8b profile (REFERENCE.md §5.4).
+// Defaults of the batched model: the reference mock engine's h100-llama-3.1-8b profile
+// (Llama 3.1 8B on one H100).
 const (
 	DefaultWorkers             = 1
 	DefaultMaxNumSeqs          = 25
@@ -159,12 +160,12 @@ type worker struct {
 	stepSeqs []*seq // sequences in the current step (decoding or prefill chunk)
 }
 
-// Batched simulates continuous batching on one or more workers (REFERENCE.md §5.4): each
-// worker runs up to MaxNumSeqs sequences; a step serves one token to every decoding
-// sequence plus prefill chunks of waiting prompts (first come, first served) within
-// MaxBatchedTokens, and lasts StepFixed + StepPerDecodeSeq × decoding +
-// StepPerPrefillToken × prefill tokens. A prompt's first token appears at the end of the
-// step that finishes its prefill; each later step adds one token.
+// Batched simulates continuous batching on one or more workers: each worker runs up to
+// MaxNumSeqs sequences; a step serves one token to every decoding sequence plus prefill
+// chunks of waiting prompts (first come, first served) within MaxBatchedTokens, and lasts
+// StepFixed + StepPerDecodeSeq × decoding + StepPerPrefillToken × prefill tokens. A
+// prompt's first token appears at the end of the step that finishes its prefill; each later
+// step adds one token.
 //
 // Batched is a pure state machine: the caller submits sequences and advances it with
 // explicit times. It is not safe for concurrent use.

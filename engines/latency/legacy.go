@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Legacy is the reference mock's per-request timing model (REFERENCE.md §5.3): a prefill
-// delay proportional to the uncached input tokens, a fixed time to first token plus a
+// Legacy is the reference mock engine's per-request timing model: a prefill delay
+// proportional to the uncached input tokens, a fixed time to first token plus a
 // deterministic jitter, and a fixed delay plus a deterministic jitter before every later
 // token. Every delay is multiplied by TimeScale.
 //

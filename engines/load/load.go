@@ -39,9 +39,9 @@ type PriorityEstimate struct {
 	QueueMs  uint64
 }
 
-// Load is one engine's (or one aggregated cluster's) load as routing sees it: the 17
-// published stats fields of REFERENCE.md §4.3. The zero value is an idle engine with
-// unknown throughput.
+// Load is one engine's (or one aggregated cluster's) load as routing sees it: the 17 stats
+// fields a pylon publishes per model (control.Stats on the wire). The zero value is an idle
+// engine with unknown throughput.
 type Load struct {
 	InputTPS                 float64 // last_mean_input_tps; usable only when ValidTPS
 	OutputTPS                float64 // smoothed decode throughput

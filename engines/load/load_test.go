@@ -34,7 +34,8 @@ func TestWorkTime(t *testing.T) {
 	}
 }
 
-// REFERENCE.md §1.2 and §9.4 item 50: the free-slot rule.
+// The free-slot rule: a known concurrency limit above the running count gives zero queue
+// delay, whatever the priority estimates say; a full or unknown limit does not.
 func TestFreeSlotRule(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -81,7 +82,8 @@ func TestReservationFillsLastSlot(t *testing.T) {
 	}
 }
 
-// REFERENCE.md §9.4 item 49.
+// The TTFT components: RTT + queue + prefill, the prefill scaled, queue or prefill left out
+// of the TTFT on request while the comparator value keeps them.
 func TestEstimateComponents(t *testing.T) {
 	t.Parallel()
 	l := load.Load{InputTPS: 100, QueueEstimates: []load.PriorityEstimate{{4, 25}}}
@@ -110,7 +112,7 @@ func TestEstimateComponents(t *testing.T) {
 
 func approx(a, b load.Millis) bool { return math.Abs(float64(a-b)) < 1e-9 }
 
-// REFERENCE.md §9.4 item 48 and §1.2: nearest published priority at or below the request's.
+// A request's queue estimate is the one of the nearest published priority at or below its own.
 func TestQueueEstimatePriority(t *testing.T) {
 	t.Parallel()
 	l := load.Load{InputTPS: 100, QueuedInputTokens: 100_000, QueueEstimates: []load.PriorityEstimate{{2, 20}, {4, 40}}}
@@ -142,7 +144,7 @@ func TestQueueEstimatePriority(t *testing.T) {
 	}
 }
 
-// REFERENCE.md §9.5 item 73: scale never rescues an engine without throughput.
+// The prefill scale never rescues an engine without throughput: scale 0 still gives +Inf.
 func TestPrefillScaleAndInvalidTPS(t *testing.T) {
 	t.Parallel()
 	for _, tps := range []float64{0, -1, math.NaN(), math.Inf(1)} {
@@ -157,7 +159,8 @@ func TestPrefillScaleAndInvalidTPS(t *testing.T) {
 	}
 }
 
-// REFERENCE.md §1.11 and §9.7 item 88.
+// A reservation adds its prefill time to the entry of its priority (created from the nearest
+// entry at or below it) and to every less urgent one; an invalid throughput clears the map.
 func TestReservePriorityMap(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

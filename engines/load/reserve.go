@@ -3,12 +3,11 @@ package load
 import "math"
 
 // Reserve returns l with a routing reservation for one request of inputTokens at priority
-// applied (REFERENCE.md §1.11): one more queued and running request, its tokens added to
-// the queued and total input, and — only when the estimate map is non-empty — its prefill
-// time added to the entry for its priority (created from the nearest entry at or below it)
-// and to every less urgent entry. An invalid throughput with nonzero input clears the map
-// (the estimate becomes unknown). All arithmetic saturates. l is not modified: the map is
-// copied.
+// applied: one more queued and running request, its tokens added to the queued and total
+// input, and — only when the estimate map is non-empty — its prefill time added to the
+// entry for its priority (created from the nearest entry at or below it) and to every less
+// urgent entry. An invalid throughput with nonzero input clears the map (the estimate
+// becomes unknown). All arithmetic saturates. l is not modified: the map is copied.
 func (l Load) Reserve(inputTokens uint64, priority uint32) Load {
 	l.QueueSize = addSat(l.QueueSize, 1)
 	l.QueuedInputTokens = addSat(l.QueuedInputTokens, inputTokens)

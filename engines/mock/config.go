@@ -11,7 +11,7 @@ import (
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
-// Defaults (DESIGN.md §9, engine).
+// Defaults of the engine's flags.
 const (
 	DefaultListenAddr          = "127.0.0.1:8090"
 	DefaultModelName           = "dummy-model"

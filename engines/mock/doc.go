@@ -20,11 +20,11 @@
 // the first block not cached. LRU eviction by tokens; the five x-kv-cache-* headers report
 // each request's outcome.
 //
-// Legacy timing (REFERENCE.md §5.3): semaphore → cache lookup → sleep uncached/prefill
-// rate → commit → headers → TTFT + jitter → first token → (token delay + jitter) per later
-// token. Batched timing (§5.4): a driver goroutine advances latency.Batched at each step
-// end and wakes the requests whose tokens are ready; a request goes to the worker that
-// caches most of its prefix, else the least-loaded one.
+// Legacy timing (the reference mock engine's model): semaphore → cache lookup → sleep
+// uncached/prefill rate → commit → headers → TTFT + jitter → first token → (token delay +
+// jitter) per later token. Batched timing (continuous batching): a driver goroutine
+// advances latency.Batched at each step end and wakes the requests whose tokens are ready;
+// a request goes to the worker that caches most of its prefix, else the least-loaded one.
 //
 // Streaming bodies are handed to fasthttp as body streams that implement
 // fasthttp.BodyWriterTo: WriteTo blocks in the connection's serving goroutine until the

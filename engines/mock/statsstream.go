@@ -48,8 +48,8 @@ func (h *hub) unsubscribe(s *subscriber) {
 	h.mu.Unlock()
 }
 
-// publish sends a stats event (REFERENCE.md §4.4) to every subscriber. It costs one
-// atomic load when nobody listens.
+// publish sends a stats event (one line of the NDJSON stats stream) to every subscriber. It
+// costs one atomic load when nobody listens.
 func (h *hub) publish(requestID, model string, processed, generated uint64, finished bool) {
 	if h.n.Load() == 0 {
 		return

@@ -1,7 +1,7 @@
-// Package admission is the pylon's local queue admission (REFERENCE.md §4.6): it compares
-// the gateway's expected queue delay with the pylon's own estimate and rejects a request
-// whose local queue is clearly longer than the gateway thought. Pure: values in, a
-// decision with its reason out.
+// Package admission is the pylon's local queue admission: it compares the gateway's
+// expected queue delay with the pylon's own estimate and rejects a request whose local
+// queue is clearly longer than the gateway thought. Pure: values in, a decision with its
+// reason out.
 package admission
 
 import (

@@ -1,5 +1,5 @@
 // Package calibrate is the pure step plan of the pylon's input-throughput calibration
-// (REFERENCE.md §4.7 "Calibration"): step k sends Requests×2^k synthetic requests of
+// (the reference pylon's ramp): step k sends Requests×2^k synthetic requests of
 // min(256×2^k, max units) prompt tokens with min(1+k, max) of them in flight. A step that
 // exceeds the calibration timeout means saturation and ends the ramp; a prompt-too-long
 // answer clamps every later prompt to the last size that succeeded. The ramp ends after
@@ -9,7 +9,7 @@ package calibrate
 
 import "errors"
 
-// Defaults (REFERENCE.md §4.1).
+// Defaults (the reference pylon's).
 const (
 	DefaultRequests       = 5
 	DefaultPromptUnits    = 4096

@@ -1,7 +1,7 @@
-// Package engine ingests an inference engine's own load reports for the pylon
-// (REFERENCE.md §4.4, DESIGN.md §5.4): the NDJSON stats stream with its pings, the
-// /kv-cache/stats poll, and Prometheus /metrics scrapers for vLLM and SGLang. Parsers are
-// pure functions; the loops own their HTTP client and report to a Sink.
+// Package engine ingests an inference engine's own load reports for the pylon: the NDJSON
+// stats stream with its pings, the /kv-cache/stats poll, and Prometheus /metrics scrapers
+// for vLLM and SGLang. Parsers are pure functions; the loops own their HTTP client and
+// report to a Sink.
 package engine
 
 import (

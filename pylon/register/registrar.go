@@ -1,5 +1,5 @@
 // Package register is the pylon's registrar: one protoactor actor per gateway that PUTs the
-// full registration snapshot (DESIGN.md §5.3) every heartbeat and, coalesced, on every
+// full registration snapshot (control.Registration) every heartbeat and, coalesced, on every
 // change, backs off exponentially with jitter while the gateway is unreachable or refuses,
 // and learns the gateway's id from its ack. The HTTP exchange runs in a goroutine the actor
 // starts; its result comes back as a message, so Receive never blocks.

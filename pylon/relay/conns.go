@@ -63,8 +63,8 @@ const (
 )
 
 // Conns tracks a proxy's connections to one upstream and bounds every wait for it: the
-// pylon's engine connections (REFERENCE.md §4.6 item 10: first output and stream idle
-// timeouts) and the gateway's pylon connections (§3.6: the wait for an answer only).
+// pylon's engine connections (first output and stream idle timeouts) and the gateway's
+// pylon connections (the wait for an answer only).
 //   - One watchdog goroutine (Watch) ticks every period and closes a connection whose
 //     pending read has waited longer than the first-output timeout (no response bytes
 //     since the request was written) or the stream idle timeout (after the first bytes).

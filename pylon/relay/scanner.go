@@ -1,7 +1,8 @@
 // Package relay holds the pylon's stream relay pieces: a scanner that watches an
 // OpenAI-style SSE (or JSON) response for the first output and the usage fields without
 // changing a byte, and a body-stream wrapper that feeds it while fasthttp copies the
-// engine's chunks to the gateway one by one (LIBRARIES.md §2.4).
+// engine's chunks to the gateway one by one (the response's body stream is handed to
+// fasthttp, which writes and flushes one chunk per read: no goroutine, no extra copy).
 package relay
 
 import (

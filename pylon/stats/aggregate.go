@@ -1,8 +1,8 @@
-// Package stats is the pylon's per-model aggregate (REFERENCE.md §4.3, §4.4, §4.7): request
-// phases with per-priority prompt work, the sticky input-throughput distribution, the
-// windowed output throughput, KV cache figures, the engine concurrency report and the
-// sticky source labels, all combined into the load.Load that is published. Pure: every
-// method takes now; nothing here reads a clock, logs or does I/O.
+// Package stats is the pylon's per-model aggregate: request phases with per-priority prompt
+// work, the sticky input-throughput distribution, the windowed output throughput, KV cache
+// figures, the engine concurrency report and the sticky source labels, all combined into
+// the load.Load that is published. Pure: every method takes now; nothing here reads a
+// clock, logs or does I/O.
 package stats
 
 import (
@@ -43,7 +43,8 @@ func (p Phase) String() string {
 // Phases lists every phase (for pre-creating metric series).
 var Phases = []Phase{Pending, InputProcessing, OutputGeneration}
 
-// Source and capability labels (sticky, REFERENCE.md §4.3 #16 and #17).
+// Source and capability labels (the last two published stats fields; sticky: once set they
+// stay).
 const (
 	SourceChunkUsage        = "chunk_usage"
 	SourceKVCacheStats      = "kv_cache_stats"
@@ -56,7 +57,10 @@ const (
 	CapabilityEngineScrape = "machine.engine.metrics"
 )
 
-// Staleness and sampling constants (REFERENCE.md §4.4, §4.7).
+// Staleness and sampling constants: a request's engine counters are dropped after
+// RequestStateTTL without an event, the output throughput is cleared after ModelStatsTTL
+// without an output sample (input throughput is sticky), and an input-throughput sample
+// spans at least MinSampleSpacing.
 const (
 	RequestStateTTL  = 300 * time.Second
 	ModelStatsTTL    = 30 * time.Second
@@ -185,9 +189,9 @@ func (a *Aggregate) PhaseCounts(p Phase) (requests, inputTokens uint64) {
 	return a.count[p], a.tokens[p]
 }
 
-// Admit runs local queue admission for a new request (REFERENCE.md §4.6) against the load
-// of every other live request and, unless rejected, tracks it as Pending. A request id
-// that is already live is decided but not tracked twice.
+// Admit runs local queue admission for a new request against the load of every other live
+// request and, unless rejected, tracks it as Pending. A request id that is already live is
+// decided but not tracked twice.
 func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs uint64, hasExpected bool, c admission.Config, now time.Time) admission.Decision {
 	return a.AdmitDispatch(id, priority, inputTokens, expectedMs, hasExpected, Dispatch{}, c, now)
 }
@@ -300,7 +304,8 @@ func addSorted(s []string, v string) []string {
 	return slices.Insert(slices.Clone(s), i, v)
 }
 
-// RequestEvent is one engine stats-stream event for a request (REFERENCE.md §4.4).
+// RequestEvent is one engine stats-stream event for a request: cumulative counters, and
+// Finished closing the request.
 type RequestEvent struct {
 	RequestID       string
 	TokensProcessed uint64
@@ -348,7 +353,7 @@ const EngineViewTTL = 5 * time.Second
 
 // Update is the single model update type: engine stats, concurrency reports, KV figures
 // and scraped metrics all travel through it, tagged with the generation they were meant
-// for, so a queued update for a retired generation is dropped (REFERENCE.md §4.5).
+// for, so a queued update for a retired generation is dropped.
 type Update struct {
 	Generation  uint64
 	Stats       *RequestEvent
@@ -471,7 +476,7 @@ func (a *Aggregate) Sweep(now time.Time) bool {
 	return changed
 }
 
-// Load is the published view at now (the 17 fields of REFERENCE.md §4.3).
+// Load is the published view at now (the 17 published stats fields).
 func (a *Aggregate) Load(now time.Time) load.Load {
 	var l load.Load
 	a.LoadInto(&l, now, nil)

@@ -3,7 +3,7 @@ package stats
 import "math"
 
 // MinPublishSamples is the number of input-throughput samples needed before the mean is
-// published (REFERENCE.md §4.7).
+// published (--initial-input-tps bootstraps the distribution with this many).
 const MinPublishSamples = 5
 
 // OutputWindowSize is the number of output-throughput samples averaged.
