@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 )
 
-// Metric names (without the configurable prefix), REFERENCE.md §7.1 plus ours.
+// Metric names (without the configurable prefix): the reference router's, plus ours.
 const (
 	mRequests         = "requests_total"
 	mAttempts         = "proxy_attempts_total"

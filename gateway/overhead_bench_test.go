@@ -48,12 +48,12 @@ func percentile(d []time.Duration, q float64) time.Duration {
 }
 
 // BenchmarkAddedLatency measures, side by side in one run, serial non-streaming latency of
-// client → upstream directly, through a bare fasthttp reverse proxy (the LIBRARIES.md §2.4
-// idiom) and through the gateway, and reports each path's added latency at p50 and p99 and
-// the gateway/proxy ratio. The upstream plays a pylon: a 280-byte JSON answer with an
-// x-pylon-load report. Everything shares one Go runtime here, a harsher setup than
+// client → upstream directly, through a bare fasthttp reverse proxy (fasthttp's zero-copy
+// proxy idiom) and through the gateway, and reports each path's added latency at p50 and
+// p99 and the gateway/proxy ratio. The upstream plays a pylon: a 280-byte JSON answer with
+// an x-pylon-load report. Everything shares one Go runtime here, a harsher setup than
 // deployment: the budget (≤ 1.25×) is measured with every component in its own process by
-// `bin/bench overhead` (DESIGN.md §7), where the gateway's raw socket I/O also keeps its
+// `bin/bench overhead` (docs/bench.md), where the gateway's raw socket I/O also keeps its
 // runtime's sysmon asleep; this benchmark is the quick in-process diagnostic. Run:
 // go test -run '^$' -bench AddedLatency -benchtime 1x ./gateway/
 func BenchmarkAddedLatency(b *testing.B) {
@@ -161,7 +161,7 @@ func pylonLike() fasthttp.RequestHandler {
 }
 
 // benchFleet starts, next to upstream, a bare fasthttp reverse proxy in front of it (one
-// HostClient.Do per request; streamBody makes it stream answers, the LIBRARIES.md zero-copy
+// HostClient.Do per request; streamBody makes it stream answers, fasthttp's zero-copy
 // idiom) and a gateway with upstream registered as backend "u" serving model benchModel; it
 // returns both addresses once the backend is routable. Everything stops at cleanup.
 func benchFleet(tb testing.TB, upstream string, streamBody bool) (proxy, gw string) {

@@ -22,9 +22,9 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // BenchmarkSSEForwarding measures the CPU each SSE event costs on its way through a bare
-// streaming fasthttp proxy (the LIBRARIES.md zero-copy idiom) and through the gateway,
-// side by side: streams of 100 events (one flush each, in lockstep with the client, so
-// each event is its own read and write on every hop, as tokens are) are read from the upstream
+// streaming fasthttp proxy (fasthttp's zero-copy idiom) and through the gateway, side by
+// side: streams of 100 events (one flush each, in lockstep with the client, so each event
+// is its own read and write on every hop, as tokens are) are read from the upstream
 // directly, through the proxy and through the gateway, rotating the three paths, and the
 // process CPU per event of each path minus the direct one is that path's cost (budget:
 // gateway ≤ 1.2× proxy). Run: go test -run '^$' -bench SSEForwarding -benchtime 1x ./gateway/

@@ -7,10 +7,10 @@ import (
 )
 
 // newUpstreamConns returns the watchdog of every pylon connection: the upstream headers
-// timeout (REFERENCE.md §3.6) bounds only the wait for the first bytes of an answer, with
-// no timer per request; a stream then runs unbounded. fasthttp's DoTimeout would arm two
-// runtime timers per request and leave its read deadline on the connection while a stream
-// is relayed, cutting every stream longer than the timeout.
+// timeout (--upstream-headers-timeout) bounds only the wait for the first bytes of an
+// answer, with no timer per request; a stream then runs unbounded. fasthttp's DoTimeout
+// would arm two runtime timers per request and leave its read deadline on the connection
+// while a stream is relayed, cutting every stream longer than the timeout.
 //
 // Each attempt brings its own deadline (its first-byte deadline, see firstByteDeadline,
 // at most the headers timeout; the health probes their probe timeout) through fasthttp's

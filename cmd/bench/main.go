@@ -30,7 +30,7 @@ var version = "dev"
 type cli struct {
 	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
 
-	LBMicrobench microbenchCmd    `cmd:"" name:"lb-microbench" help:"Measure the cost of one routing decision per algorithm (REFERENCE.md §6.7 scenarios)."`
+	LBMicrobench microbenchCmd    `cmd:"" name:"lb-microbench" help:"Measure the cost of one routing decision per algorithm (the reference router's microbenchmark scenarios)."`
 	Run          runCmd           `cmd:"" help:"Launch a local fleet for a scenario once per algorithm, drive it and compare the algorithms."`
 	Drive        driveCmd         `cmd:"" help:"Drive an existing OpenAI-compatible endpoint with a scenario's requests."`
 	ListScenario listScenariosCmd `cmd:"" name:"list-scenarios" help:"List the bundled scenarios."`

@@ -24,7 +24,7 @@ import (
 const overheadModel = "dummy-model"
 
 // overheadCmd measures the pylon's and the gateway's added latency next to a bare proxy,
-// every component in its own process (DESIGN.md §7).
+// every component in its own process (budget: at most 1.25× what the bare proxy adds).
 type overheadCmd struct {
 	Requests     int           `default:"20000" help:"Measured requests per path (seven paths)."`
 	Warmup       int           `default:"2000" help:"Unmeasured requests per path before measuring."`

@@ -15,7 +15,7 @@ import (
 )
 
 // throughputCmd compares the gateway's throughput with nginx round-robin over the same two
-// pylons (DESIGN.md §7: ≥ 1.0× nginx for small non-streaming requests).
+// pylons (budget: at least 1.0× nginx for small non-streaming requests).
 type throughputCmd struct {
 	Nginx       string        `default:"nginx" help:"nginx binary (apt-get install nginx-light)."`
 	Concurrency int           `default:"32" help:"Concurrent keep-alive client connections."`

@@ -1,6 +1,6 @@
 package control
 
-// Request headers of the routing contract (REFERENCE.md §3.2).
+// Request headers of the routing contract (the reference router's, listed in docs/gateway.md).
 const (
 	HeaderRequestID          = "x-request-id"
 	HeaderModel              = "x-model"

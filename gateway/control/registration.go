@@ -43,7 +43,8 @@ type Model struct {
 	Stats Stats  `json:"stats"`
 }
 
-// Stats are the 17 published stats fields (REFERENCE.md §4.3), in their wire names.
+// Stats are the 17 stats fields a pylon publishes per model, in their wire names (those of
+// the reference pylon).
 type Stats struct {
 	LastMeanInputTPS        float64           `json:"last_mean_input_tps"`
 	OutputTPS               float64           `json:"output_tps"`
