@@ -15,11 +15,11 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Loopback end-to-end versions of REFERENCE.md §9.8 items 91, 92, 94, 95, 96, 98 and 100 with the
-// real binaries. The reference suite reports synthetic stats; here the load is real:
-// requests sent straight to a pylon (bypassing the gateway) sit in the pylon's queue or
-// occupy its engine's slots, the pylon publishes them, and each test waits on /debug/state
-// until the gateway sees that load before it sends probes through the gateway.
+// Loopback end-to-end versions of the reference router's load-balancing integration tests,
+// with the real binaries. The reference suite reports synthetic stats; here the load is
+// real: requests sent straight to a pylon (bypassing the gateway) sit in the pylon's queue
+// or occupy its engine's slots, the pylon publishes them, and each test waits on
+// /debug/state until the gateway sees that load before it sends probes through the gateway.
 //
 // Queued work that must stay put while probes are served by the same engine, or that the
 // test must drain at a moment of its choosing, is *held*: each engine also serves the
@@ -137,9 +137,9 @@ func (f *fleetE2E) servedBy(n int, headers map[string]string) map[string]int {
 	return got
 }
 
-// §9.8 item 91 with real binaries: power-of-n (no lb config) sends all 20 probes to the
-// backend with no queued tokens rather than the one with 1000 queued tokens (input tps
-// 1000 each). The queued work is a held 1000-token request on the busy backend.
+// With real binaries: power-of-n (no lb config) sends all 20 probes to the backend with no
+// queued tokens rather than the one with 1000 queued tokens (input tps 1000 each). The
+// queued work is a held 1000-token request on the busy backend.
 func TestLoopbackE2EPowerOfNQueuedTokens(t *testing.T) {
 	f := startFleetWith(t, "",
 		e2eBackend{backendSpec: backendSpec{"busy", quickEngine, 1000}, pylonArgs: pinTPS},
@@ -163,7 +163,7 @@ func TestLoopbackE2EPowerOfNQueuedTokens(t *testing.T) {
 	}
 }
 
-// §9.8 item 94 with real binaries, with the reference's numbers: cluster aggregation.
+// Cluster aggregation with real binaries, with the reference's numbers.
 // Cluster "shared" has two backends (s1, s2), cluster "single" one; input tps 100 each.
 // Held requests queue 130 tokens on each shared backend and 120 on the single one:
 // power-of-n (two clusters, both compared) sends every probe to the single cluster, at
@@ -171,10 +171,10 @@ func TestLoopbackE2EPowerOfNQueuedTokens(t *testing.T) {
 // probe goes to the shared cluster, round-robin over its two backends (5 + 5).
 //
 // With real pylons the shared cluster's 1.3 s is its priority map, which is cluster-scoped
-// (latest backend wins, REFERENCE.md §1.12): each shared pylon publishes ceil(130 / 100 s)
-// = 1.3 s, the same as the summed view 260 tokens / 200 tokens/s that the reference's
-// synthetic stats (no priority map) give. Loading both backends equally keeps the test
-// independent of which backend reported last.
+// (the most recently updated backend's map is the cluster's): each shared pylon publishes
+// ceil(130 / 100 s) = 1.3 s, the same as the summed view 260 tokens / 200 tokens/s that the
+// reference's synthetic stats (no priority map) give. Loading both backends equally keeps
+// the test independent of which backend reported last.
 func TestLoopbackE2EClusterAggregation(t *testing.T) {
 	backend := func(id, cluster string) e2eBackend {
 		return e2eBackend{backendSpec: backendSpec{id, quickEngine, 100}, cluster: cluster, pylonArgs: pinTPS}
@@ -219,8 +219,8 @@ func TestLoopbackE2EClusterAggregation(t *testing.T) {
 	}
 }
 
-// §9.8 item 95 with real binaries: wait-and-widen prefers the backend with input tps 200
-// over the one with tps 10 for 10-token requests (TTFT ≈ 50 ms vs 1 s).
+// With real binaries: wait-and-widen prefers the backend with input tps 200 over the one
+// with tps 10 for 10-token requests (TTFT ≈ 50 ms vs 1 s).
 func TestLoopbackE2EWaitAndWidenPrefersThroughput(t *testing.T) {
 	quick := []string{"--num-tokens", "2", "--token-delay-ms", "1"}
 	f := startFleetWith(t, `{"default":"wait-and-widen"}`,
@@ -232,10 +232,10 @@ func TestLoopbackE2EWaitAndWidenPrefersThroughput(t *testing.T) {
 	}
 }
 
-// §9.8 item 96 with real binaries: with x-max-wait-ms 250, wait-and-widen waits for the
-// slower backend when the fastest one is full, and always chooses the available one. The
-// fast engine's four slots (max concurrency 4, reported in its stats pings) are filled by
-// long streams sent straight to its pylon; they are cut at cleanup.
+// With real binaries: with x-max-wait-ms 250, wait-and-widen waits for the slower backend
+// when the fastest one is full, and always chooses the available one. The fast engine's
+// four slots (max concurrency 4, reported in its stats pings) are filled by long streams
+// sent straight to its pylon; they are cut at cleanup.
 func TestLoopbackE2EWaitForAvailableBackend(t *testing.T) {
 	f := startFleetWith(t, `{"default":"wait-and-widen"}`,
 		e2eBackend{
@@ -263,14 +263,14 @@ func TestLoopbackE2EWaitForAvailableBackend(t *testing.T) {
 	}
 }
 
-// §9.8 item 100 with real binaries: comparator queue-time with two candidates. A pylon's
-// estimate for priority p is its prompt work at priorities ≤ p over its input tps
-// (REFERENCE.md §4.3; Pending work counts at its own priority). Held requests queue 500
-// tokens at priority 4 on a (estimates {4: 500 ms}) and 50 tokens at priority 0 plus 500 at
-// priority 9 on b ({0: 50 ms, 9: 550 ms}), tps 1000 each. A priority-4 request sees 500 ms
-// on a and 50 ms on b → b, although b has more queued work in total; a request without
-// x-priority (priority 0) sees 0 ms on a and 50 ms on b → a. Checked for power-of-n
-// (sample_count 2) and, selected by x-routing-method, wait-and-widen (n 2, one bucket).
+// Comparator queue-time with two candidates, with real binaries. A pylon's estimate for
+// priority p is its prompt work at priorities ≤ p over its input tps (Pending work counts
+// at its own priority). Held requests queue 500 tokens at priority 4 on a (estimates {4:
+// 500 ms}) and 50 tokens at priority 0 plus 500 at priority 9 on b ({0: 50 ms, 9: 550 ms}),
+// tps 1000 each. A priority-4 request sees 500 ms on a and 50 ms on b → b, although b has
+// more queued work in total; a request without x-priority (priority 0) sees 0 ms on a and
+// 50 ms on b → a. Checked for power-of-n (sample_count 2) and, selected by
+// x-routing-method, wait-and-widen (n 2, one bucket).
 func TestLoopbackE2EPriorityQueueEstimates(t *testing.T) {
 	cfg := `{"default":"power-of-n",
 		"request_algorithms":{"wait-and-widen":{"algorithm":"wait-and-widen","comparator":"queue-time","n":2,"ttft_bucket_size_ms":100000}},
@@ -315,12 +315,11 @@ func TestLoopbackE2EPriorityQueueEstimates(t *testing.T) {
 	}
 }
 
-// §9.8 item 92 with real binaries: input-work admission (max_input_work_seconds 0.5, input
-// tps 100, 100 tokens queued — a held request —, 50 more → 1.5 s) → 503
-// input_work_limit_exceeded; an unknown model → 404 no_eligible_candidates; the model
-// registered but INACTIVE (its only pylon draining after SIGTERM while the held request is
-// in flight) → 503 without that code; once the pylon has drained and deregistered → 404
-// no_eligible_candidates again.
+// With real binaries: input-work admission (max_input_work_seconds 0.5, input tps 100, 100
+// tokens queued — a held request —, 50 more → 1.5 s) → 503 input_work_limit_exceeded; an
+// unknown model → 404 no_eligible_candidates; the model registered but INACTIVE (its only
+// pylon draining after SIGTERM while the held request is in flight) → 503 without that
+// code; once the pylon has drained and deregistered → 404 no_eligible_candidates again.
 func TestLoopbackE2EInputWorkAndRegistrationStates(t *testing.T) {
 	f := startFleetWith(t, `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"power-of-n","max_input_work_seconds":0.5}}}`,
 		e2eBackend{backendSpec: backendSpec{"p", quickEngine, 100}, pylonArgs: pinTPS},
@@ -365,12 +364,12 @@ func (f *fleetE2E) chatUntil(headers map[string]string, done func(status int, co
 	return status, code
 }
 
-// §9.8 item 98 with real binaries, the parts after the stickiness of TestLoopbackE2EAffinity:
-// affinity config (virtual nodes 8, selection 1, X = 100 ms, n 3) over engines with one
-// slot each. Once the key's primary is full (a long stream sent straight to its pylon), a
-// request with the key and x-max-wait-ms 10 fails with 503; without wait headers it goes
-// elsewhere, only after ≥ 100 ms; with x-max-wait-ms 500 and x-request-slo-ms 5000 it is
-// served by a non-primary after ≥ 100 ms.
+// The affinity hold with real binaries, the parts after the stickiness of
+// TestLoopbackE2EAffinity: affinity config (virtual nodes 8, selection 1, X = 100 ms, n 3)
+// over engines with one slot each. Once the key's primary is full (a long stream sent
+// straight to its pylon), a request with the key and x-max-wait-ms 10 fails with 503;
+// without wait headers it goes elsewhere, only after ≥ 100 ms; with x-max-wait-ms 500 and
+// x-request-slo-ms 5000 it is served by a non-primary after ≥ 100 ms.
 func TestLoopbackE2EAffinityHold(t *testing.T) {
 	cfg := `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"wait-and-widen","cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`
 	oneSlot := []string{"--max-concurrent-requests", "1", "--num-tokens", "2", "--token-delay-ms", "20"}

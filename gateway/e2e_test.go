@@ -243,8 +243,8 @@ func (f *fleetE2E) chat(headers map[string]string) (int, string, map[string]stri
 	return f.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"hello"}]}`), headers)
 }
 
-// §9.8 item 99 with real binaries: require_cache_affinity_key → 400 without the header,
-// 200 with it; and item 98's stickiness: 20 requests with one key stay on one backend.
+// With real binaries: require_cache_affinity_key → 400 without the header, 200 with it;
+// and stickiness: 20 requests with one key stay on one backend.
 func TestLoopbackE2EAffinity(t *testing.T) {
 	cfg := `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"wait-and-widen","require_cache_affinity_key":true,"cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`
 	fast := []string{"--num-tokens", "3", "--token-delay-ms", "1"}
@@ -268,8 +268,8 @@ func TestLoopbackE2EAffinity(t *testing.T) {
 	}
 }
 
-// §9.8 item 97 with real binaries: a full fast backend and an idle slow one, no wait
-// headers → 200 from the slow one.
+// With real binaries: a full fast backend and an idle slow one, no wait headers → 200 from
+// the slow one.
 func TestLoopbackE2EWaitForSlowBackend(t *testing.T) {
 	cfg := `{"default":"wait-and-widen"}`
 	f := startFleet(t, cfg,
@@ -336,8 +336,8 @@ func TestLoopbackE2EWaitForSlowBackend(t *testing.T) {
 	wg.Wait()
 }
 
-// §9.8 items 93 and 101 with real binaries: random reaches all three backends within 30
-// requests, and pulsar keeps one key on one backend 20/20.
+// With real binaries: random reaches all three backends within 30 requests, and pulsar
+// keeps one key on one backend 20/20.
 func TestLoopbackE2ERandomAndPulsar(t *testing.T) {
 	quick := []string{"--num-tokens", "2", "--token-delay-ms", "1"}
 	f := startFleet(t, `{"default":"random","request_algorithms":{"pulsar":{"algorithm":"pulsar","seed":"e2e"}}}`,

@@ -110,9 +110,10 @@ func (f *fullStack) runningOn(id string) uint64 {
 	return 0
 }
 
-// REFERENCE.md §9.8 item 97 through real pylons and engines on virtual time: the fast engine
-// is full (4/4), the slow one idle; a 4000-token request with no wait headers is served by
-// the slow one after the 150 ms bucket unlock (+ its 800 ms prefill before headers).
+// Waiting for the slow backend, through real pylons and engines on virtual time: the fast
+// engine is full (4/4), the slow one idle; a 4000-token request with no wait headers is
+// served by the slow one after the 150 ms bucket unlock (+ its 800 ms prefill before
+// headers).
 func TestFullStackWaitForSlowBackend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFullStack(t, `{"default":"wait-and-widen"}`)
@@ -152,9 +153,9 @@ func TestFullStackWaitForSlowBackend(t *testing.T) {
 	})
 }
 
-// REFERENCE.md §9.8 item 98 through real pylons and engines on virtual time: one key sticks
-// to its primary; when the primary is full, a later request goes elsewhere only after the
-// 100 ms hold; x-max-wait-ms 10 → 503.
+// The affinity hold through real pylons and engines on virtual time: one key sticks to its
+// primary; when the primary is full, a later request goes elsewhere only after the 100 ms
+// hold; x-max-wait-ms 10 → 503.
 func TestFullStackAffinityHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFullStack(t, `{"default":"power-of-n","models":{"dummy-model":{"algorithm":"wait-and-widen","require_cache_affinity_key":true,"cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`)

@@ -46,8 +46,8 @@ func TestPlainOpenAIClient(t *testing.T) {
 	})
 }
 
-// REFERENCE.md §3.2/§3.4: header contract violations answer 400 with a JSON body naming the
-// header; unknown models 404 no_eligible_candidates; oversize bodies 413.
+// Header contract violations answer 400 with a JSON body naming the header; unknown models
+// 404 no_eligible_candidates; oversize bodies 413.
 func TestFrontEndErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{MaxReplayBodyBytes: 1024}, "")
@@ -85,7 +85,7 @@ func TestFrontEndErrors(t *testing.T) {
 	})
 }
 
-// §9.8 item 99: require_cache_affinity_key → 400 without the header, 200 with it.
+// require_cache_affinity_key → 400 without the header, 200 with it.
 func TestRequireCacheAffinityKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"wait-and-widen","require_cache_affinity_key":true}}}`)
@@ -162,7 +162,7 @@ func TestRetriesExhausted(t *testing.T) {
 }
 
 // A backend without capacity makes wait-and-widen park the request until the slow backend's
-// bucket unlocks (REFERENCE.md §9.8 item 97 on virtual time through the whole gateway).
+// bucket unlocks (on virtual time, through the whole gateway).
 func TestWaitThroughGateway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen"}`)
@@ -230,7 +230,8 @@ func TestBackendExpiry(t *testing.T) {
 	})
 }
 
-// §9.8 item 98: affinity hold X = 100 ms through the whole gateway.
+// The affinity hold X = 100 ms through the whole gateway: a key sticks to its primary, and
+// once the primary is full a request goes elsewhere only after the hold.
 func TestAffinityHoldThroughGateway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"wait-and-widen","cache_affinity_virtual_nodes":8,"cache_affinity_backend_selection_count":1,"cache_affinity_wait_ms":100,"n":3}}}`)
@@ -399,7 +400,7 @@ func TestBackendMinExpiry(t *testing.T) {
 
 // The headers timeout bounds only the wait for a pylon's first response bytes: a stream
 // that runs for longer than the timeout is relayed whole, while a pylon that sends
-// nothing within it fails the attempt with 502 (REFERENCE.md §3.6).
+// nothing within it fails the attempt with 502.
 func TestHeadersTimeoutCoversOnlyTheWaitForHeaders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{HeadersTimeout: time.Second, MaxConnectRetries: -1}, "")

@@ -10,8 +10,8 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 )
 
-// REFERENCE.md §9.8 items 91–101 as hermetic tests (virtual time, in-memory listeners, fake
-// pylons that report a fixed load on every response).
+// The reference router's load-balancing integration tests as hermetic tests (virtual time,
+// in-memory listeners, fake pylons that report a fixed load on every response).
 
 func servedBy(t *testing.T, h *harness, n int, headers map[string]string) map[string]int {
 	t.Helper()
