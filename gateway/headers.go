@@ -16,7 +16,8 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 )
 
-// routing is the parsed routing contract of one request (REFERENCE.md §3.2, DESIGN.md §5.1).
+// routing is the parsed routing contract of one request: the reference router's request
+// headers, all optional for plain OpenAI clients (docs/gateway.md).
 // model, routingKey and method read from headers view the request's header bytes (no copy
 // on the hot path): they are valid until the request's headers change, which happens only
 // after resolve, and resolve copies what it keeps.

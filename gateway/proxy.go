@@ -118,7 +118,8 @@ const cancelPoll = 50 * time.Millisecond
 // handler forever.
 const routeGrace = 5 * time.Second
 
-// attemptState is the retry bookkeeping of one request (REFERENCE.md §3.5).
+// attemptState is the retry bookkeeping of one request: the connect and request retries
+// used so far and the last retry reason (the retry policy is in docs/gateway.md).
 type attemptState struct {
 	// after holds work deferred until the answer is written; deferred says the connection
 	// runs it (otherwise the handler does before returning).
@@ -429,7 +430,9 @@ func parseLoadReport(v []byte, model string) (control.LoadReport, error) {
 	return r, nil
 }
 
-// retryable classifies an upstream response (REFERENCE.md §3.5 item 3).
+// retryable classifies an upstream response: a 429 or 503 is retryable when it carries
+// x-stargate-retryable: true (or no such header and RequirePylonRetrySig is off); the reason
+// is x-stargate-retry-reason, else retryable_upstream_response.
 func (g *Gateway) retryable(resp *fasthttp.Response, status int) (string, bool) {
 	if status != fasthttp.StatusTooManyRequests && status != fasthttp.StatusServiceUnavailable {
 		return "", false
@@ -533,7 +536,7 @@ func schemeOf(c *fasthttp.HostClient) string {
 	return "http"
 }
 
-// probe measures one RTT: GET /health through the backend's data pool (REFERENCE.md §4.2).
+// probe measures one RTT: GET /health through the backend's data pool.
 func (g *Gateway) probe(ctx context.Context, c *fasthttp.HostClient, backendID string) (time.Duration, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
