@@ -1,6 +1,7 @@
 // Package dispatch holds the gateway's scheduler actors: one per routing target, owning
 // the candidate snapshot, routing reservations, balancer instances and parked requests,
-// and running the routing loop of REFERENCE.md §1.14 with event-driven wake-ups.
+// and running the routing loop (input-work admission, then the balancer's decision: grant,
+// park until a wake-up, or reject) with event-driven wake-ups.
 package dispatch
 
 import (

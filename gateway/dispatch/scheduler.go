@@ -455,8 +455,9 @@ func (s *Scheduler) refreshStale() {
 	s.stale = s.stale[:0]
 }
 
-// clusterCandidate aggregates the routable backends ids of cluster (latest-wins from the
-// most recently updated one, REFERENCE.md §1.12) and applies their live reservations.
+// clusterCandidate aggregates the routable backends ids of cluster (lb.Aggregate:
+// backend-local load summed, cluster-scoped fields from the most recently updated one) and
+// applies their live reservations.
 func (s *Scheduler) clusterCandidate(cluster string, ids []string) (lb.Candidate, bool) {
 	group, resv := s.group[:0], s.resv[:0]
 	source, latest := 0, time.Time{}
@@ -503,7 +504,7 @@ func (s *Scheduler) balancer(ep *lbconfig.Entry) (lb.Balancer, error) {
 	return b, nil
 }
 
-// try runs the routing loop for p once: grant, park or reject (REFERENCE.md §1.14).
+// try runs the routing loop for p once: grant, park or reject (docs/gateway.md).
 func (s *Scheduler) try(p *Pending) {
 	now := s.deps.Now()
 	elapsed := now.Sub(p.Arrival)

@@ -81,8 +81,8 @@ func (f *fixture) route(e lbconfig.Entry, tokens uint64, mod func(*dispatch.Pend
 
 func waw() lbconfig.Entry { return lbconfig.DefaultEntry(lbconfig.WaitAndWiden) }
 
-// REFERENCE.md §9.8 item 97 on virtual time: a full fast backend and an idle slow one,
-// no wait headers → the slow one after exactly the 150 ms bucket unlock.
+// On virtual time: a full fast backend and an idle slow one, no wait headers → the slow one
+// after exactly the 150 ms bucket unlock.
 func TestWaitForSlowBackendWithoutHeaders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
@@ -266,8 +266,8 @@ func TestPreferClusterSibling(t *testing.T) {
 	})
 }
 
-// REFERENCE.md §9.2 items 23, 24, 28, 29: round-robin state is per routing target (model and
-// routing key), and an override to the configured algorithm shares its instance.
+// Round-robin state is per routing target (model and routing key), and an override to the
+// configured algorithm shares its instance.
 func TestRoundRobinStatePerTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sys := actors.NewSystem(slog.New(slog.DiscardHandler))
