@@ -5,7 +5,9 @@ import (
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
-// Admission is the outcome of input-work admission (REFERENCE.md §1.13).
+// Admission is the outcome of input-work admission: the request's input tokens plus the
+// queued input of the eligible candidates, over their summed valid input TPS, against the
+// algorithm's max_input_work_seconds.
 type Admission uint8
 
 // Input-work admission outcomes; the non-admitted ones are metric reasons.

@@ -15,8 +15,8 @@ type Backend struct {
 	Active bool // status ACTIVE with an RTT measurement
 }
 
-// Aggregate builds the candidate of cluster clusterID from its backends (REFERENCE.md
-// §1.12). Backend-local load is summed over active backends (output TPS, queue size,
+// Aggregate builds the candidate of cluster clusterID from its backends, as the reference
+// router does. Backend-local load is summed over active backends (output TPS, queue size,
 // queued input, input-processing and output-generation counts, valid input TPS, the union
 // of capabilities and sources); cluster-scoped fields are copied from backends[source]
 // (latest wins: max output TPS, KV figures, running count, engine concurrency, total input,

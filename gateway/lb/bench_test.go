@@ -8,9 +8,10 @@ import (
 	"github.com/switchyard/switchyard/gateway/lb"
 )
 
-// BenchmarkDecide runs every microbenchmark scenario of REFERENCE.md §6.7 on 8 and 64
-// synthetic candidates. Budgets (DESIGN.md §7): power-of-n ≤ 1 µs and 0 allocs,
-// wait-and-widen with the affinity ring ≤ 3 µs and 0 allocs on a cached key.
+// BenchmarkDecide runs every scenario of the reference router's routing microbenchmark
+// (package microbench) on 8 and 64 synthetic candidates. Budgets (docs/bench.md):
+// power-of-n ≤ 1 µs and 0 allocs, wait-and-widen with the affinity ring ≤ 3 µs and 0 allocs
+// on a cached key.
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{8, 64} {
 		scenarios := microbench.Scenarios(n)

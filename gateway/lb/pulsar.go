@@ -12,9 +12,9 @@ import (
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
-// ranker computes and caches pulsar's weighted rendezvous ranking per affinity key
-// (REFERENCE.md §1.9): score = weight / −ln(u), u = (h + 1) / (2⁶⁴ + 1), with h the xxh3 of
-// the tagged (seed, routing key, model, key, cluster id) and weight the cluster's valid
+// ranker computes and caches pulsar's weighted rendezvous ranking per affinity key, as the
+// reference router does: score = weight / −ln(u), u = (h + 1) / (2⁶⁴ + 1), with h the xxh3
+// of the tagged (seed, routing key, model, key, cluster id) and weight the cluster's valid
 // mean input TPS. Higher scores rank first, ties by cluster id; clusters without a valid
 // weight are not ranked.
 type ranker struct {
@@ -158,9 +158,8 @@ func (b *pulsar) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 }
 
 // pulsarWaitAndWiden uses the pulsar ranking as the affinity source and wait-and-widen
-// buckets (comparator "none") over disjoint bands of the ranking for fallback
-// (REFERENCE.md §1.10): [1], [2,3], [4,7], [8,15], … With no queue SLO configured a
-// feasible primary wins at once.
+// buckets (comparator "none") over disjoint bands of the ranking for fallback: [1], [2,3],
+// [4,7], [8,15], … With no queue SLO configured a feasible primary wins at once.
 type pulsarWaitAndWiden struct {
 	cfg        wawConfig
 	considerKV bool

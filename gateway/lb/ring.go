@@ -7,10 +7,9 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// ring is the consistent-hash ring of a wait-and-widen instance (REFERENCE.md §1.7):
-// virtualNodes points per candidate cluster at
-// xxh3(prefix ‖ tagged cluster_id ‖ tagged virtual_node), sorted. It is rebuilt when the
-// ordered candidate list (or the routing target) changes.
+// ring is the consistent-hash ring of a wait-and-widen instance: virtualNodes points per
+// candidate cluster at xxh3(prefix ‖ tagged cluster_id ‖ tagged virtual_node), sorted. It
+// is rebuilt when the ordered candidate list (or the routing target) changes.
 type ring struct {
 	points     []ringPoint
 	prefix     []byte

@@ -3,7 +3,7 @@ package lb
 import "time"
 
 // roundRobin cycles over the non-excluded candidates in snapshot order with a per-instance
-// counter (REFERENCE.md §1.4).
+// counter.
 type roundRobin struct{ next uint64 }
 
 func (b *roundRobin) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
@@ -24,7 +24,7 @@ func (b *roundRobin) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 	return Selected(nthEligible(s, r, k), 1)
 }
 
-// random picks uniformly among the non-excluded candidates (REFERENCE.md §1.5).
+// random picks uniformly among the non-excluded candidates.
 type random struct{ rng Rand }
 
 func (b *random) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {

@@ -11,7 +11,7 @@ import (
 )
 
 // waitAndWiden is the bucketed TTFT balancer with an optional cache-affinity group, the
-// affinity hold X and the prefill discount (REFERENCE.md §1.6–1.8).
+// affinity hold X and the prefill discount (docs/routing.md).
 type waitAndWiden struct {
 	cfg    wawConfig
 	rng    Rand
@@ -96,9 +96,9 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	return b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed)
 }
 
-// withHold is the PR's affinity decision (REFERENCE.md §1.8): the affinity phase over the
-// group at the discounted prefill, waiting until X, then the global phase over every
-// candidate at full prefill with buckets widening only with the time after X.
+// withHold is the affinity decision with a hold X: the affinity phase over the group at the
+// discounted prefill, waiting until X, then the global phase over every candidate at full
+// prefill with buckets widening only with the time after X.
 func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed time.Duration) Decision {
 	affine := c.evaluate(scratch, rng, s, r, group, c.scale, elapsed, elapsed)
 	if affine.Kind == KindSelected {
@@ -154,10 +154,11 @@ func (b *waitAndWiden) group(s *Snapshot, r *Request) []int32 {
 	return g
 }
 
-// evaluate runs the bucket routine of REFERENCE.md §1.6 over members (nil = every
-// candidate) with prefill scale and a bucket budget; sloElapsed drives the queue-SLO
-// interpolation. It returns Selected (rank 1), Wait (a locked bucket with capacity will
-// unlock) or Unavailable.
+// evaluate runs the bucket routine (capacity and queue-SLO filters, then TTFT buckets that
+// unlock with the time budget, see unlock, then the comparator over a sample of the open
+// candidates) over members (nil = every candidate) with prefill scale and a bucket budget;
+// sloElapsed drives the queue-SLO interpolation. It returns Selected (rank 1), Wait (a
+// locked bucket with capacity will unlock) or Unavailable.
 func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, scale float64, sloElapsed, budget time.Duration) Decision {
 	sc, overSLO := c.collect((*scratch)[:0], s, r, members, scale, sloElapsed)
 	*scratch = sc
