@@ -21,7 +21,8 @@ func affinity(count int, hold float64, mod func(*lbconfig.Entry)) lbconfig.Entry
 	})
 }
 
-// §9.5 items 55, 75, 76.
+// One key always reaches the same primary, different keys spread over several primaries,
+// and without a key affinity is skipped (the fastest wins).
 func TestAffinityStickiness(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("c0", 5), idle("c1", 5), idle("c2", 5), idle("c3", 5))
@@ -43,7 +44,9 @@ func TestAffinityStickiness(t *testing.T) {
 	expect(t, "blank key", b.Decide(fastest, &lb.Request{AffinityKey: "  "}, 0), lb.Selected(2, 1))
 }
 
-// §9.5 items 56, 57, 61, 65: exclusions and full primaries with X = 0.
+// Exclusions and full primaries with X = 0: a retry that excludes the primary goes to the
+// global fastest with rank 2 while the group's membership stays the same, and the cached
+// key bytes stay stable.
 func TestAffinityRetryExclusion(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("a", 10), idle("b", 10), idle("global-fast", 1))
@@ -68,7 +71,7 @@ func TestAffinityRetryExclusion(t *testing.T) {
 	expect(t, "all excluded fails at once", b.Decide(s, &lb.Request{AffinityKey: key, Excluded: []string{"a", "b", "global-fast"}}, 0), lb.Unavailable(lb.ReasonAllExcluded))
 }
 
-// §9.5 item 58: a retry keeps the deadline measured from arrival.
+// A retry keeps the deadline measured from arrival.
 func TestAffinityRetryKeepsDeadline(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("a", 10), idle("global-fast", 1))
@@ -80,7 +83,8 @@ func TestAffinityRetryKeepsDeadline(t *testing.T) {
 	expect(t, "100 ms", b.Decide(s, r, ms(100)), lb.Selected(1, 2))
 }
 
-// §9.5 items 59, 60, 66, 74: the group's backup wins with rank 1.
+// The group's backup wins with rank 1 when the primary is excluded, full, queued for 30 s
+// or over the interpolated queue limit: selection stays inside the group.
 func TestAffinityBackup(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("primary", 10), idle("backup", 10), idle("public", 1))
@@ -103,7 +107,8 @@ func TestAffinityBackup(t *testing.T) {
 	expect(t, "primary over the interpolated limit", bs.Decide(snap(over, idle("backup", 10), idle("public", 1)), &lb.Request{AffinityKey: key, SLO: ms(1000)}, ms(500)), lb.Selected(1, 1))
 }
 
-// §9.5 item 62 and 63: cache invalidation and oversized keys.
+// The affinity cache is invalidated when the candidate list changes; keys over 256 bytes
+// are routed but not cached.
 func TestAffinityCache(t *testing.T) {
 	t.Parallel()
 	b := newBalancer(t, affinity(1, 0, nil), seeded())
@@ -122,7 +127,7 @@ func TestAffinityCache(t *testing.T) {
 	}
 }
 
-// §9.5 item 64: the ring point hash covers the routing key.
+// The ring point hash covers the routing key.
 func TestRingPointHashInputs(t *testing.T) {
 	t.Parallel()
 	base := lb.RingPointHash("seed", "", "model-a", "c1", 0)
@@ -155,7 +160,7 @@ func TestRingPointHashInputs(t *testing.T) {
 	}
 }
 
-// §9.5 item 67: the X = 200 ms timeline with the utilization comparator.
+// The X = 200 ms timeline with the utilization comparator.
 func TestAffinityHoldTimeline(t *testing.T) {
 	t.Parallel()
 	affine := full(idle("affine", 100))
@@ -187,7 +192,7 @@ func TestAffinityHoldTimeline(t *testing.T) {
 	expect(t, "affine recovers", b.Decide(snap(idle("affine", 100), p0, p1), r, ms(50)), lb.Selected(0, 1))
 }
 
-// §9.5 item 68: the global phase includes the affine members at full prefill.
+// The global phase includes the affine members at full prefill.
 func TestAffinityGlobalPhaseFullPrefill(t *testing.T) {
 	t.Parallel()
 	// primary: tps 7000 → 80 000 tokens discounted 1143 ms, full 11 429 ms (full engine).
@@ -207,7 +212,7 @@ func TestAffinityGlobalPhaseFullPrefill(t *testing.T) {
 	expect(t, "primary recovers at 201 ms", b.Decide(snap(recovered, backup, public), r, ms(201)), lb.Selected(0, 1))
 }
 
-// §9.5 item 69: X is independent of the scale and of the request SLO.
+// X is independent of the scale and of the request SLO.
 func TestAffinityHoldIndependentOfScaleAndSLO(t *testing.T) {
 	t.Parallel()
 	s := snap(full(idle("primary", 10)), idle("public", 10))
@@ -223,8 +228,7 @@ func TestAffinityHoldIndependentOfScaleAndSLO(t *testing.T) {
 	}
 }
 
-// §9.5 items 70 and 77: the discount applies only inside the group and survives the
-// bucket flags.
+// The discount applies only inside the group and survives the bucket flags.
 func TestAffinityDiscount(t *testing.T) {
 	t.Parallel()
 	far := lb.Candidate{ClusterID: "far", RTT: ms(50), Load: load.Load{InputTPS: 10_000, MaxEngineConcurrency: 4}}
@@ -253,7 +257,9 @@ func TestAffinityDiscount(t *testing.T) {
 	expect(t, "after X the undiscounted public processor", newBalancer(t, e, seeded()).Decide(allFull, r(key), ms(100)), lb.Selected(2, 3))
 }
 
-// §9.5 items 71 and 72.
+// The hold needs both a selection count and a key (otherwise the choice is immediate); a
+// group covering every candidate waits until X, then is unavailable; no candidates →
+// unavailable.
 func TestAffinityHoldPreconditions(t *testing.T) {
 	t.Parallel()
 	s := snap(full(idle("a", 1)), idle("b", 1))
@@ -269,7 +275,7 @@ func TestAffinityHoldPreconditions(t *testing.T) {
 	expect(t, "no candidates", cover.Decide(snap(), &lb.Request{AffinityKey: "k"}, 0), lb.Unavailable(lb.ReasonNoCandidates))
 }
 
-// §9.5 item 78: the next-bucket wake-up is kept under the hold.
+// The next-bucket wake-up is kept under the hold.
 func TestAffinityNextBucketWakeUp(t *testing.T) {
 	t.Parallel()
 	// 100 tokens at 1000 tok/s: 110 ms (RTT 10, full) vs 150 ms (RTT 50); gap 40 → 10 ms.

@@ -11,7 +11,8 @@ import (
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
-// §9.6 item 86: byte compatibility of the tagged encoding with the reference.
+// The tagged hash encoding is byte-compatible with the reference router's: a pinned input
+// gives the reference's pinned hash.
 func TestRendezvousHashPinned(t *testing.T) {
 	t.Parallel()
 	if got := lb.RendezvousHash("seed-1", "rk-1", "model-a", "prefix-123", "inst-a"); got != 0x1944_3c44_ec9f_8abf {
@@ -42,7 +43,9 @@ func primaryOf(t *testing.T, e lbconfig.Entry, s *lb.Snapshot, key string) int {
 	return d.Index
 }
 
-// §9.6 items 79, 80, 84, 87.
+// Different keys reach several clusters, a key's ranking is stable, clusters without a
+// valid weight (mean input TPS) are never ranked, a retry skips the excluded primary (rank
+// 2), and all excluded or all invalid gives no choice.
 func TestPulsarRanking(t *testing.T) {
 	t.Parallel()
 	s := snap(tpsCandidate("a", 100), tpsCandidate("b", 100), tpsCandidate("c", 100), tpsCandidate("bad", math.NaN()))
@@ -86,7 +89,9 @@ func TestPulsarWeights(t *testing.T) {
 	}
 }
 
-// §9.6 items 81, 82, 83.
+// Without KV consideration a primary low on free KV is still chosen; with it, a primary
+// with low or missing KV figures is skipped (rank 2, KVSkipped), and a cached ranking still
+// checks the live KV values.
 func TestPulsarKVFreeTokens(t *testing.T) {
 	t.Parallel()
 	kv := func(id string, free uint64) lb.Candidate {
@@ -113,7 +118,8 @@ func TestPulsarKVFreeTokens(t *testing.T) {
 	expect(t, "cached ranking, KV low again", withKV.Decide(lowSnap, r, 0), want)
 }
 
-// §9.6 item 85.
+// The ranking cache is invalidated when the weights change, and keys over 256 bytes are
+// not cached.
 func TestPulsarCache(t *testing.T) {
 	t.Parallel()
 	b := newBalancer(t, pulsarEntry(nil), firstRand{})

@@ -12,7 +12,8 @@ import (
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
-// REFERENCE.md §1.4 and §9.2 items 23, 33.
+// Round-robin cycles over the candidates in snapshot order and never selects an excluded
+// one.
 func TestRoundRobinSequence(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("a", 1), idle("b", 1), idle("c", 1))
@@ -36,7 +37,7 @@ func TestRoundRobinSequence(t *testing.T) {
 	expect(t, "empty", b.Decide(snap(), &lb.Request{}, 0), lb.Unavailable(lb.ReasonNoCandidates))
 }
 
-// Two instances keep separate counters (§9.2 item 26).
+// Two instances keep separate counters.
 func TestRoundRobinInstancesIndependent(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("a", 1), idle("b", 1))
@@ -48,7 +49,7 @@ func TestRoundRobinInstancesIndependent(t *testing.T) {
 	}
 }
 
-// §9.8 item 93 (pure part): random reaches every candidate and never an excluded one.
+// Random reaches every candidate and never an excluded one.
 func TestRandom(t *testing.T) {
 	t.Parallel()
 	s := snap(idle("a", 1), idle("b", 1), idle("c", 1))
@@ -67,7 +68,7 @@ func TestRandom(t *testing.T) {
 	}
 }
 
-// §9.3 item 34: power-of-n with 2 candidates picks the preferred one under each comparator.
+// Power-of-n with 2 candidates picks the preferred one under each comparator.
 func TestPowerOfNComparators(t *testing.T) {
 	t.Parallel()
 	base := func(id string) lb.Candidate {
@@ -113,7 +114,7 @@ func TestPowerOfNComparators(t *testing.T) {
 	}
 }
 
-// §9.8 item 91 (pure part): 0 vs 1000 queued tokens at tps 1000 → always the empty one.
+// Power-of-n: 0 vs 1000 queued tokens at tps 1000 → always the empty one.
 // Also: with more candidates than sample_count only sampled ones are compared, and ties
 // are broken at random.
 func TestPowerOfNSampling(t *testing.T) {
@@ -149,7 +150,9 @@ func TestPowerOfNSampling(t *testing.T) {
 	expect(t, "excluded", b.Decide(snap(busy, free), &lb.Request{Excluded: []string{"free"}}, 0), lb.Selected(0, 1))
 }
 
-// §9.3 item 35 and §9.8 item 92: input-work admission.
+// Input-work admission: pooled work seconds over the non-excluded clusters, decode-only
+// input ignored, pulsar counting low-KV clusters unless KV is considered, and the limit
+// (work at the limit is admitted).
 func TestInputWorkAdmission(t *testing.T) {
 	t.Parallel()
 	a := lb.Candidate{ClusterID: "a", Load: load.Load{InputTPS: 100, QueuedInputTokens: 300, TotalInputTokens: 9999}}
@@ -197,7 +200,8 @@ func TestInputWorkAdmission(t *testing.T) {
 	}
 }
 
-// §1.12 and §9.7 item 90: cluster aggregation.
+// Cluster aggregation: backend-local load summed over active backends, cluster-scoped
+// fields from the source backend, RTT the floored mean, inactive backends left out.
 func TestAggregate(t *testing.T) {
 	t.Parallel()
 	x := lb.Backend{ID: "x", RTT: 3, Active: true, Load: load.Load{
@@ -263,8 +267,8 @@ func TestAggregateCapabilitiesAllocatesNothing(t *testing.T) { //nolint:parallel
 	}
 }
 
-// §9.8 item 94 (pure part): a shared cluster 2×(tps 100, queued 130) = 1.3 s loses to a
-// single cluster at 1.2 s, and wins once it drains.
+// A shared cluster 2×(tps 100, queued 130) = 1.3 s loses to a single cluster at 1.2 s, and
+// wins once it drains.
 func TestAggregatedClusterCompetes(t *testing.T) {
 	t.Parallel()
 	shared, _ := lb.Aggregate("shared", []lb.Backend{

@@ -9,7 +9,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
-// §9.4 item 36: the configured comparator is honoured in every path.
+// The configured comparator is honoured in every path.
 func TestWAWConfiguredComparator(t *testing.T) {
 	t.Parallel()
 	// a has the better TTFT, b has fewer queued requests; both in the first bucket.
@@ -32,7 +32,8 @@ func TestWAWConfiguredComparator(t *testing.T) {
 	}
 }
 
-// §9.4 items 37, 38, 40, 42, 44.
+// Lower TTFT wins; an excluded fast cluster is not selected; only the first TTFT bucket is
+// open at elapsed 0; a non-finite TTFT loses to a finite one; full backends are filtered.
 func TestWAWBasics(t *testing.T) {
 	t.Parallel()
 	b := newBalancer(t, waw(nil), seeded())
@@ -68,8 +69,8 @@ func TestWAWBasics(t *testing.T) {
 	expect(t, "only full", b.Decide(snap(one), &lb.Request{}, 0), lb.Unavailable(lb.ReasonNoCapacity))
 }
 
-// §9.4 item 39: prefill uses the input tokens; ignoring prefill flips the choice (the
-// bucket values become the RTTs, 9 ms apart, beyond a 5 ms bucket).
+// Prefill uses the input tokens; ignoring prefill flips the choice (the bucket values
+// become the RTTs, 9 ms apart, beyond a 5 ms bucket).
 func TestWAWPrefill(t *testing.T) {
 	t.Parallel()
 	fastProc := lb.Candidate{ClusterID: "a", RTT: ms(10), Load: load.Load{InputTPS: 200}}
@@ -81,8 +82,8 @@ func TestWAWPrefill(t *testing.T) {
 	expect(t, "prefill ignored", newBalancer(t, e, seeded()).Decide(s, &lb.Request{InputTokens: 100}, 0), lb.Selected(1, 1))
 }
 
-// §9.4 item 41: ignore_queue_time puts a low-RTT/high-queue cluster in the first bucket,
-// the sampled comparison still uses the queue, and later prefill buckets stay locked.
+// ignore_queue_time puts a low-RTT/high-queue cluster in the first bucket, the sampled
+// comparison still uses the queue, and later prefill buckets stay locked.
 func TestWAWIgnoreQueueTime(t *testing.T) {
 	t.Parallel()
 	queued := lb.Candidate{ClusterID: "queued", RTT: ms(1), Load: load.Load{InputTPS: 1000, QueueEstimates: []load.PriorityEstimate{prio(0, 1000)}}}
@@ -102,8 +103,8 @@ func TestWAWIgnoreQueueTime(t *testing.T) {
 	}
 }
 
-// §9.4 item 43: after 20 ms with n=1 a full fast cluster is skipped and the slower one
-// (RTT 60) unlocks (gap 40 × 0.25 = 10 ms of budget).
+// After 20 ms with n=1 a full fast cluster is skipped and the slower one (RTT 60) unlocks
+// (gap 40 × 0.25 = 10 ms of budget).
 func TestWAWUnlockAfterElapsed(t *testing.T) {
 	t.Parallel()
 	s := snap(full(idle("fast", 20)), idle("slow", 60))
@@ -112,7 +113,9 @@ func TestWAWUnlockAfterElapsed(t *testing.T) {
 	expect(t, "at 20 ms", b.Decide(s, &lb.Request{}, ms(20)), lb.Selected(1, 1))
 }
 
-// §9.4 items 45 and 46: the queue SLO.
+// The queue SLO filters candidates before bucketing (also with ignore_queue_time), and its
+// limit is interpolated between floor and ceiling by the time spent within the request's
+// SLO (no SLO: the ceiling).
 func TestWAWQueueSLO(t *testing.T) {
 	t.Parallel()
 	slo := func(e *lbconfig.Entry) { e.HasQueueSLO, e.QueueFloor, e.QueueCeil = true, ms(100), ms(300) }
@@ -139,8 +142,8 @@ func TestWAWQueueSLO(t *testing.T) {
 	expect(t, "equal floor and ceil", fixed.Decide(snap(q("x", 1, 151)), half, ms(900)), lb.Unavailable(lb.ReasonQueueLimit))
 }
 
-// §9.4 item 47: inside an unlocked bucket the lower queue wins; RTT-only mode still
-// compares by queue and filters full backends first; later RTT buckets stay locked.
+// Inside an unlocked bucket the lower queue wins; RTT-only mode still compares by queue and
+// filters full backends first; later RTT buckets stay locked.
 func TestWAWQueueInsideBucket(t *testing.T) {
 	t.Parallel()
 	q := func(id string, rtt float64, queue uint64) lb.Candidate {
@@ -158,7 +161,7 @@ func TestWAWQueueInsideBucket(t *testing.T) {
 	expect(t, "RTT-only filters full", rttOnly.Decide(snap(q("a", 1, 10), fullB, q("far", 100, 0)), &lb.Request{InputTokens: 100}, 0), lb.Selected(0, 1))
 }
 
-// §9.4 item 48 and §9.8 item 100: the priority estimate drives queue-time comparisons.
+// The estimate of the request's priority drives queue-time comparisons.
 func TestWAWPriority(t *testing.T) {
 	t.Parallel()
 	a := lb.Candidate{ClusterID: "a", RTT: ms(1), Load: load.Load{InputTPS: 1000, QueueEstimates: []load.PriorityEstimate{prio(0, 5), prio(4, 500)}}}
@@ -168,7 +171,7 @@ func TestWAWPriority(t *testing.T) {
 	expect(t, "priority 0", bal.Decide(snap(a, b), &lb.Request{}, 0), lb.Selected(0, 1))
 }
 
-// §9.4 item 50: the free-slot rule inside wait-and-widen, under a 100 ms queue SLO.
+// The free-slot rule inside wait-and-widen, under a 100 ms queue SLO.
 func TestWAWFreeSlot(t *testing.T) {
 	t.Parallel()
 	e := waw(func(e *lbconfig.Entry) { e.HasQueueSLO, e.QueueFloor, e.QueueCeil = true, ms(100), ms(100) })
@@ -188,7 +191,10 @@ func TestWAWFreeSlot(t *testing.T) {
 	}
 }
 
-// §9.4 items 51–54: waiting for a later bucket with capacity (PR).
+// Waiting for a later bucket with capacity: with the fast clusters full, Wait until the
+// slow one's bucket unlocks, then select it; all full → Unavailable at any time; max_queued
+// MaxUint64 admits a full cluster; a fast cluster with a free slot is always preferred over
+// waiting.
 func TestWAWWaitsForLaterBucket(t *testing.T) {
 	t.Parallel()
 	fast := lb.Candidate{ClusterID: "fast", RTT: 0, Load: load.Load{InputTPS: 20_000, RunningRequests: 4, MaxEngineConcurrency: 4}}
