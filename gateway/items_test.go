@@ -26,9 +26,9 @@ func servedBy(t *testing.T, h *harness, n int, headers map[string]string) map[st
 	return got
 }
 
-// Item 91: power-of-n (no config) routes all 20 probes to the backend with 0 vs 1000 queued
-// tokens (tps 1000 each).
-func TestItem91PowerOfNQueuedTokens(t *testing.T) {
+// Power-of-n (no config) routes all 20 probes to the backend with 0 vs 1000 queued tokens
+// (tps 1000 each).
+func TestHermeticPowerOfNQueuedTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, "")
 		h.register(h.pylon("busy", "busy", load.Load{InputTPS: 1000, QueuedInputTokens: 1000}, nil))
@@ -39,9 +39,9 @@ func TestItem91PowerOfNQueuedTokens(t *testing.T) {
 	})
 }
 
-// Item 92: input-work admission → 503 input_work_limit_exceeded; unknown model → 404;
+// Input-work admission → 503 input_work_limit_exceeded; unknown model → 404;
 // registered-but-INACTIVE → 503 without that code; after deregistration → 404 again.
-func TestItem92InputWorkAdmission(t *testing.T) {
+func TestHermeticInputWorkAdmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"power-of-n","max_input_work_seconds":0.5}}}`)
 		h.register(h.pylon("p", "p", load.Load{InputTPS: 100, QueuedInputTokens: 100}, nil))
@@ -71,8 +71,8 @@ func TestItem92InputWorkAdmission(t *testing.T) {
 	})
 }
 
-// Item 93: {"default":"random"} hits all 3 backends within 30 requests.
-func TestItem93Random(t *testing.T) {
+// Random ({"default":"random"}) hits all 3 backends within 30 requests.
+func TestHermeticRandom(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"random"}`)
 		for _, id := range []string{"a", "b", "c"} {
@@ -84,10 +84,10 @@ func TestItem93Random(t *testing.T) {
 	})
 }
 
-// Item 94: cluster aggregation: a shared cluster 2×(tps 100, queued 130) = 1.3 s loses to a
-// single cluster at 1.2 s; once it drains, requests go to the shared cluster and both of
-// its backends are used.
-func TestItem94ClusterAggregation(t *testing.T) {
+// Cluster aggregation: a shared cluster 2×(tps 100, queued 130) = 1.3 s loses to a single
+// cluster at 1.2 s; once it drains, requests go to the shared cluster and both of its
+// backends are used.
+func TestHermeticClusterAggregation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, "")
 		s1 := h.pylon("s1", "shared", load.Load{InputTPS: 100, QueuedInputTokens: 130}, nil)
@@ -112,8 +112,8 @@ func TestItem94ClusterAggregation(t *testing.T) {
 	})
 }
 
-// Item 95: wait-and-widen prefers the backend with tps 200 over tps 10 (10 tokens).
-func TestItem95WAWPrefersThroughput(t *testing.T) {
+// Wait-and-widen prefers the backend with tps 200 over tps 10 (10 tokens).
+func TestHermeticWAWPrefersThroughput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen"}`)
 		h.register(h.pylon("slow", "slow", load.Load{InputTPS: 10}, nil))
@@ -124,9 +124,9 @@ func TestItem95WAWPrefersThroughput(t *testing.T) {
 	})
 }
 
-// Item 96: with x-max-wait-ms 250, wait-and-widen waits for the slower available backend
-// when the fastest is full, and always chooses the available one.
-func TestItem96WaitForAvailable(t *testing.T) {
+// With x-max-wait-ms 250, wait-and-widen waits for the slower available backend when the
+// fastest is full, and always chooses the available one.
+func TestHermeticWaitForAvailable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen"}`)
 		h.register(h.pylon("full", "full", load.Load{InputTPS: 20_000, RunningRequests: 4, MaxEngineConcurrency: 4}, nil))
@@ -137,9 +137,9 @@ func TestItem96WaitForAvailable(t *testing.T) {
 	})
 }
 
-// Item 100: comparator queue-time, n 2: x-priority 4 picks the backend with the lower
-// priority-4 estimate (5 vs 500 ms); without the header the lower priority-0 estimate.
-func TestItem100PriorityEstimates(t *testing.T) {
+// Comparator queue-time, n 2: x-priority 4 picks the backend with the lower priority-4
+// estimate (5 vs 500 ms); without the header the lower priority-0 estimate.
+func TestHermeticPriorityEstimates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen","models":{"m":{"algorithm":"wait-and-widen","comparator":"queue-time","n":2,"ttft_bucket_size_ms":100000}}}`)
 		a := load.Load{InputTPS: 1000, QueueEstimates: []load.PriorityEstimate{{Priority: 0, QueueMs: 5}, {Priority: 4, QueueMs: 500}}}
@@ -155,8 +155,8 @@ func TestItem100PriorityEstimates(t *testing.T) {
 	})
 }
 
-// Item 101: pulsar: the same key stabilises on one backend, 20/20.
-func TestItem101PulsarStability(t *testing.T) {
+// Pulsar: the same key stabilises on one backend, 20/20.
+func TestHermeticPulsarStability(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"pulsar"}`)
 		for _, id := range []string{"a", "b", "c"} {
