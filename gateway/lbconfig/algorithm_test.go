@@ -84,7 +84,9 @@ func TestParseAlgorithmUnknown(t *testing.T) {
 	}
 }
 
-// TestParseRoutingMethod covers REFERENCE §9.1 items 4, 5 and 15 (header side).
+// TestParseRoutingMethod checks the names the header parser accepts: every canonical name,
+// its underscore spelling, any capitalisation and surrounding white space, the aliases and
+// the legacy names, each reported in its normalised spelling.
 func TestParseRoutingMethod(t *testing.T) {
 	t.Parallel()
 	type result struct {

@@ -67,13 +67,13 @@ func (c *Config) ModelEntry(model string) Entry {
 }
 
 // Resolve returns the definition that routes a request for model, given the
-// x-routing-method header (REFERENCE §2.3). Without the header it is ModelEntry(model).
-// With it, the value is normalised (trimmed, lower-cased, '_' → '-', aliases resolved) to
-// an algorithm N, and the first of these wins: the model's own definition when its
-// algorithm is N; the model-level request_algorithms[N]; the top-level
-// request_algorithms[N]; under the permissive default, DefaultEntry(N) named with the
-// header's normalised spelling. Otherwise the error is a *HeaderError wrapping
-// ErrUnavailableAlgorithm; blank, non-UTF-8 and unknown values wrap ErrUnknownAlgorithm.
+// x-routing-method header. Without the header it is ModelEntry(model). With it, the value
+// is normalised (trimmed, lower-cased, '_' → '-', aliases resolved) to an algorithm N, and
+// the first of these wins: the model's own definition when its algorithm is N; the
+// model-level request_algorithms[N]; the top-level request_algorithms[N]; under the
+// permissive default, DefaultEntry(N) named with the header's normalised spelling.
+// Otherwise the error is a *HeaderError wrapping ErrUnavailableAlgorithm; blank, non-UTF-8
+// and unknown values wrap ErrUnknownAlgorithm.
 func (c *Config) Resolve(model, header string, headerPresent bool) (Entry, error) {
 	if !headerPresent {
 		return c.ModelEntry(model), nil

@@ -12,8 +12,9 @@ import (
 	"github.com/switchyard/switchyard/engines/load"
 )
 
-// resolveConfig exercises every step of the resolution order (REFERENCE §2.3, §9.1 items
-// 9 and 19, §9.2 item 31).
+// resolveConfig exercises every step of the resolution order: the model's own definition
+// when the header names its algorithm, then the model-level request_algorithms, then the
+// top-level ones.
 const resolveConfig = `{
   "default": "power-of-n",
   "request_algorithms": {
@@ -50,22 +51,22 @@ func TestResolve(t *testing.T) {
 		{name: "no header: model entry", model: "model-a", want: modelA},
 		{name: "no header: default for unconfigured model", model: "other", want: DefaultEntry(PowerOfN)},
 		{name: "no header value ignored when absent", model: "model-b", header: "pulsar", want: DefaultEntry(RoundRobin)},
-		{name: "item 31: override matching the model's algorithm reuses its config", model: "model-a", header: "wait-and-widen", present: true, want: modelA},
-		{name: "item 9: underscore spelling of the model's algorithm", model: "model-a", header: " WAIT_AND_WIDEN ", present: true, want: modelA},
+		{name: "override matching the model's algorithm reuses its config", model: "model-a", header: "wait-and-widen", present: true, want: modelA},
+		{name: "underscore spelling of the model's algorithm", model: "model-a", header: " WAIT_AND_WIDEN ", present: true, want: modelA},
 		{name: "alias of the model's algorithm", model: "model-a", header: "groq-multiregion", present: true, want: modelA},
 		{name: "model with an alias name, canonical header", model: "model-d", header: "wait-and-widen", present: true, want: named(WaitAndWiden, "groq-multiregion")},
-		{name: "item 9: top-level override for another model", model: "model-b", header: "wait-and-widen", present: true, want: topWAW},
-		{name: "item 9/19: model-level override beats top-level", model: "model-c", header: "wait_and_widen", present: true, want: nestedWAW},
-		{name: "item 19: model-level override inherits the rest", model: "model-c", header: "power-of-n", present: true, want: topPON},
+		{name: "top-level override for another model", model: "model-b", header: "wait-and-widen", present: true, want: topWAW},
+		{name: "model-level override beats top-level", model: "model-c", header: "wait_and_widen", present: true, want: nestedWAW},
+		{name: "model-level override inherits the rest", model: "model-c", header: "power-of-n", present: true, want: topPON},
 		{name: "top-level override for an unconfigured model", model: "other", header: "wait-and-widen", present: true, want: topWAW},
 		{name: "unconfigured model: default algorithm header uses the default", model: "other", header: "powerOf2", present: true, want: DefaultEntry(PowerOfN)},
 		{name: "configured model: power-of-n from the top level", model: "model-b", header: "power-of-two", present: true, want: topPON},
-		{name: "item 18: round-robin override", model: "model-a", header: "round-robin", present: true, want: DefaultEntry(RoundRobin)},
+		{name: "round-robin override", model: "model-a", header: "round-robin", present: true, want: DefaultEntry(RoundRobin)},
 		{name: "model's own round-robin", model: "model-b", header: "round_robin", present: true, want: DefaultEntry(RoundRobin)},
-		{name: "item 32: known but not configured", model: "model-b", header: "pulsar", present: true, wantErr: ErrUnavailableAlgorithm, reason: ReasonNotAllowed},
+		{name: "known but not configured", model: "model-b", header: "pulsar", present: true, wantErr: ErrUnavailableAlgorithm, reason: ReasonNotAllowed},
 		{name: "not allow-listed for this model", model: "model-a", header: "random", present: true, wantErr: ErrUnavailableAlgorithm, reason: ReasonNotAllowed},
-		{name: "item 5: unknown", model: "model-a", header: "sticky", present: true, wantErr: ErrUnknownAlgorithm, reason: ReasonUnknown},
-		{name: "item 5: empty", model: "model-a", header: "", present: true, wantErr: ErrUnknownAlgorithm, reason: ReasonBlank},
+		{name: "unknown", model: "model-a", header: "sticky", present: true, wantErr: ErrUnknownAlgorithm, reason: ReasonUnknown},
+		{name: "empty", model: "model-a", header: "", present: true, wantErr: ErrUnknownAlgorithm, reason: ReasonBlank},
 		{name: "blank", model: "model-a", header: "  ", present: true, wantErr: ErrUnknownAlgorithm, reason: ReasonBlank},
 		{name: "invalid UTF-8", model: "model-a", header: "\xc3\x28", present: true, wantErr: ErrUnknownAlgorithm, reason: ReasonInvalidUTF8},
 	}
@@ -106,7 +107,9 @@ func TestResolveUnavailableMessage(t *testing.T) {
 	}
 }
 
-// TestResolvePermissive covers REFERENCE §9.2 item 32 and §9.1 item 15 (headers).
+// TestResolvePermissive checks that without a config file every algorithm can be selected
+// by header, in every spelling (canonical, underscore, alias, legacy name), and that no
+// header means power-of-n.
 func TestResolvePermissive(t *testing.T) {
 	t.Parallel()
 	c := Default()
@@ -161,7 +164,8 @@ func TestResolvePermissive(t *testing.T) {
 	}
 }
 
-// TestResolveExplicitStaysRestrictive covers REFERENCE §9.2 item 32 (explicit config).
+// TestResolveExplicitStaysRestrictive checks that an explicit config, even an empty one,
+// lets a header select only the algorithms it lists and the default's own.
 func TestResolveExplicitStaysRestrictive(t *testing.T) {
 	t.Parallel()
 	for _, doc := range []string{`{}`, `{"default":"power-of-n"}`, `{"default":"power-of-n","request_algorithms":{}}`} {
@@ -180,7 +184,8 @@ func TestResolveExplicitStaysRestrictive(t *testing.T) {
 	}
 }
 
-// TestModelEntry covers REFERENCE §9.1 item 22.
+// TestModelEntry checks that a model gets its own definition, matched by exact id, else the
+// default.
 func TestModelEntry(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, `{"default":"random","models":{"model-a":"wait-and-widen","Model-B":"pulsar"}}`)

@@ -16,7 +16,8 @@ import (
 )
 
 // maxOverrideDepth bounds how deeply request_algorithms maps may nest inside each other.
-// Only the first level is used; deeper ones are decoded and discarded (REFERENCE §2.2).
+// Only the first level is used; deeper ones are decoded and discarded, as the reference
+// router does.
 const maxOverrideDepth = 8
 
 // Field names of detailed entries.
@@ -70,10 +71,10 @@ func supports(a Algorithm, field string) bool {
 	return slices.Contains(commonFields, field) || slices.Contains(algorithmFields[a], field)
 }
 
-// Parse decodes lb-config.json strictly (REFERENCE §2.2): unknown fields, fields of
-// another algorithm, duplicate keys, nulls, wrong types, request_algorithms keys that do
-// not match their entry, and settings that fail Entry.Validate are all errors. The error
-// joins one message per problem, each prefixed with where it was found.
+// Parse decodes lb-config.json strictly: unknown fields, fields of another algorithm,
+// duplicate keys, nulls, wrong types, request_algorithms keys that do not match their
+// entry, and settings that fail Entry.Validate are all errors. The error joins one message
+// per problem, each prefixed with where it was found.
 func Parse(data []byte) (*Config, error) {
 	var p parser
 	c := p.config(data)

@@ -16,7 +16,7 @@ func config(def Entry, overrides map[Algorithm]Entry, models map[string]Model) *
 	return &Config{Default: def, RequestAlgorithms: overrides, Models: models}
 }
 
-// referenceExample is the JSON example of REFERENCE §2.2.
+// referenceExample is the lb-config.json example of the reference router's documentation.
 const referenceExample = `{
   "default": "power-of-n",
   "request_algorithms": {
@@ -34,8 +34,9 @@ const referenceExample = `{
   }
 }`
 
-// TestParse covers REFERENCE §9.1 items 1, 2, 7, 8, 11, 13, 15, 16, 17 and 21 (accepted
-// documents).
+// TestParse covers accepted documents: short and detailed entries of every algorithm,
+// defaults and normalisations, aliases and legacy names (spelling kept), the wait-and-widen
+// affinity fields, the bounds of the affinity scale, and the reference router's example.
 func TestParse(t *testing.T) {
 	t.Parallel()
 	pon := DefaultEntry(PowerOfN)
@@ -50,12 +51,12 @@ func TestParse(t *testing.T) {
 			want: config(pon, nil, nil),
 		},
 		{
-			name: "item 1: short names",
+			name: "short names",
 			doc:  `{"default":"wait-and-widen","models":{"model-a":"round-robin"}}`,
 			want: config(DefaultEntry(WaitAndWiden), nil, map[string]Model{"model-a": {Entry: DefaultEntry(RoundRobin)}}),
 		},
 		{
-			name: "item 2: max_input_work_seconds",
+			name: "max_input_work_seconds",
 			doc:  `{"models":{"model-a":{"algorithm":"round-robin","max_input_work_seconds":2.5}}}`,
 			want: config(pon, nil, map[string]Model{"model-a": {Entry: with(RoundRobin, func(e *Entry) {
 				e.MaxInputWorkSeconds, e.HasMaxInputWork = 2.5, true
@@ -69,7 +70,7 @@ func TestParse(t *testing.T) {
 			})}}),
 		},
 		{
-			name: "item 7 and 8: power-of-n detailed defaults",
+			name: "power-of-n detailed defaults",
 			doc:  `{"models":{"m":{"algorithm":"power-of-n"}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: pon}}),
 		},
@@ -82,7 +83,7 @@ func TestParse(t *testing.T) {
 			}),
 		},
 		{
-			name: "item 11: detailed configs of all six algorithms",
+			name: "detailed configs of all six algorithms",
 			doc: `{"models":{
 				"pon":   {"algorithm":"power-of-n","sample_count":3,"comparator":"queue-time","require_input_tokens":true},
 				"waw":   {"algorithm":"wait-and-widen","seed":"s-waw"},
@@ -103,7 +104,7 @@ func TestParse(t *testing.T) {
 			}),
 		},
 		{
-			name: "item 15: legacy names in short and detailed configs keep their spelling",
+			name: "legacy names in short and detailed configs keep their spelling",
 			doc: `{"default":"groq-multiregion",
 				"request_algorithms":{"pulsar-multiregion":{"algorithm":"pulsar-multiregion","seed":"x"}},
 				"models":{"a":"pulsar-multiregion","b":{"algorithm":"groq-multiregion","n":3}}}`,
@@ -125,7 +126,7 @@ func TestParse(t *testing.T) {
 			}),
 		},
 		{
-			name: "item 16: wait-and-widen cache-affinity fields",
+			name: "wait-and-widen cache-affinity fields",
 			doc: `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_virtual_nodes":64,
 				"cache_affinity_backend_selection_count":2,"cache_affinity_input_tokens_scale":0.1,"cache_affinity_wait_ms":200}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: with(WaitAndWiden, func(e *Entry) {
@@ -133,7 +134,7 @@ func TestParse(t *testing.T) {
 			})}}),
 		},
 		{
-			name: "item 17: scale bounds accepted",
+			name: "scale bounds accepted",
 			doc: `{"models":{"zero":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":0.0},
 				"one":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":1.0},
 				"pwaw":{"algorithm":"pulsar-wait-and-widen","cache_affinity_input_tokens_scale":1,"cache_affinity_wait_ms":0}}}`,
@@ -144,7 +145,7 @@ func TestParse(t *testing.T) {
 			}),
 		},
 		{
-			name: "item 21: wait-and-widen normalisation",
+			name: "wait-and-widen normalisation",
 			doc: `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_virtual_nodes":0,
 				"cache_affinity_backend_selection_count":0,"n":0,"max_queue_time_floor_ms":100,"max_queue_time_ceil_ms":300}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: with(WaitAndWiden, func(e *Entry) {
@@ -224,7 +225,7 @@ func TestParse(t *testing.T) {
 			want: config(pon, nil, map[string]Model{"": {Entry: DefaultEntry(Random)}}),
 		},
 		{
-			name: "item 13: the example of REFERENCE section 2.2",
+			name: "the reference router's documented example",
 			doc:  referenceExample,
 			want: config(pon, map[Algorithm]Entry{
 				WaitAndWiden: DefaultEntry(WaitAndWiden),
@@ -249,8 +250,10 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// TestParseErrors covers REFERENCE §9.1 items 3, 6, 7, 10, 12, 14, 17 and 20, and the
-// strictness rules of §2.2. Each want line is one problem, in document order.
+// TestParseErrors covers rejected documents: unknown algorithms and fields, fields of
+// another algorithm, out-of-range settings, a comparator on pulsar-wait-and-widen,
+// request_algorithms keys that do not match their entry, and the strictness rules
+// (duplicate keys, nulls, wrong types). Each want line is one problem, in document order.
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	_, unknownComparator := load.ParseComparator("fastest")
@@ -260,36 +263,36 @@ func TestParseErrors(t *testing.T) {
 		doc  string
 		want []string
 	}{
-		{"item 3: unknown default", `{"default":"sticky"}`, []string{`default: unknown algorithm "sticky"` + wantOneOf}},
+		{"unknown default", `{"default":"sticky"}`, []string{`default: unknown algorithm "sticky"` + wantOneOf}},
 		{"config names are exact", `{"default":"Round_Robin"}`, []string{`default: unknown algorithm "Round_Robin"` + wantOneOf}},
 		{"default is a name only", `{"default":{"algorithm":"random"}}`, []string{`default: must be an algorithm name (string), not object`}},
 		{"default null", `{"default":null}`, []string{`default: must be an algorithm name (string), not null`}},
 		{
-			"item 6: seed on round-robin", `{"models":{"m":{"algorithm":"round-robin","seed":"x"}}}`,
+			"seed on round-robin", `{"models":{"m":{"algorithm":"round-robin","seed":"x"}}}`,
 			[]string{`models["m"]: round-robin config does not support field(s): seed`},
 		},
 		{
-			"item 6: floor on pulsar", `{"models":{"m":{"algorithm":"pulsar","max_queue_time_floor_ms":100}}}`,
+			"floor on pulsar", `{"models":{"m":{"algorithm":"pulsar","max_queue_time_floor_ms":100}}}`,
 			[]string{`models["m"]: pulsar config does not support field(s): max_queue_time_floor_ms`},
 		},
 		{
-			"item 6: kv on wait-and-widen", `{"models":{"m":{"algorithm":"wait-and-widen","consider_kv_free_tokens":true}}}`,
+			"kv on wait-and-widen", `{"models":{"m":{"algorithm":"wait-and-widen","consider_kv_free_tokens":true}}}`,
 			[]string{`models["m"]: wait-and-widen config does not support field(s): consider_kv_free_tokens`},
 		},
 		{
-			"item 6: sample_count and comparator on random", `{"models":{"m":{"algorithm":"random","sample_count":2,"comparator":"ttft"}}}`,
+			"sample_count and comparator on random", `{"models":{"m":{"algorithm":"random","sample_count":2,"comparator":"ttft"}}}`,
 			[]string{`models["m"]: random config does not support field(s): comparator, sample_count`},
 		},
 		{
-			"item 14: kv on power-of-n", `{"request_algorithms":{"power-of-n":{"algorithm":"power-of-n","consider_kv_free_tokens":false}}}`,
+			"kv on power-of-n", `{"request_algorithms":{"power-of-n":{"algorithm":"power-of-n","consider_kv_free_tokens":false}}}`,
 			[]string{`request_algorithms["power-of-n"]: power-of-n config does not support field(s): consider_kv_free_tokens`},
 		},
 		{
-			"item 14: kv on round-robin", `{"models":{"m":{"algorithm":"round-robin","consider_kv_free_tokens":true}}}`,
+			"kv on round-robin", `{"models":{"m":{"algorithm":"round-robin","consider_kv_free_tokens":true}}}`,
 			[]string{`models["m"]: round-robin config does not support field(s): consider_kv_free_tokens`},
 		},
 		{
-			"item 14: kv on random", `{"models":{"m":{"algorithm":"random","consider_kv_free_tokens":true}}}`,
+			"kv on random", `{"models":{"m":{"algorithm":"random","consider_kv_free_tokens":true}}}`,
 			[]string{`models["m"]: random config does not support field(s): consider_kv_free_tokens`},
 		},
 		{
@@ -301,23 +304,23 @@ func TestParseErrors(t *testing.T) {
 			[]string{`models["m"]: pulsar-wait-and-widen config does not support field(s): sample_count`},
 		},
 		{
-			"item 7: sample_count 0", `{"models":{"m":{"algorithm":"power-of-n","sample_count":0}}}`,
+			"sample_count 0", `{"models":{"m":{"algorithm":"power-of-n","sample_count":0}}}`,
 			[]string{`models["m"]: power-of-n sample_count must be between 1 and 64`},
 		},
 		{
-			"item 7: sample_count 65", `{"models":{"m":{"algorithm":"power-of-n","sample_count":65}}}`,
+			"sample_count 65", `{"models":{"m":{"algorithm":"power-of-n","sample_count":65}}}`,
 			[]string{`models["m"]: power-of-n sample_count must be between 1 and 64`},
 		},
 		{
-			"item 10: comparator on pulsar-wait-and-widen", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","comparator":"ttft"}}}`,
+			"comparator on pulsar-wait-and-widen", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","comparator":"ttft"}}}`,
 			[]string{`models["m"]: comparator is not supported for pulsar-wait-and-widen`},
 		},
 		{
-			"item 10: comparator null", `{"models":{"m":{"algorithm":"wait-and-widen","comparator":null}}}`,
+			"comparator null", `{"models":{"m":{"algorithm":"wait-and-widen","comparator":null}}}`,
 			[]string{`models["m"].comparator: must be a string, not null`},
 		},
 		{
-			"item 10: comparator null on pulsar-wait-and-widen", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","comparator":null}}}`,
+			"comparator null on pulsar-wait-and-widen", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","comparator":null}}}`,
 			[]string{`models["m"].comparator: must be a string, not null`},
 		},
 		{
@@ -325,23 +328,23 @@ func TestParseErrors(t *testing.T) {
 			[]string{`models["m"].comparator: ` + unknownComparator.Error()},
 		},
 		{
-			"item 12: unknown top-level field", `{"default":"random","extra":1}`,
+			"unknown top-level field", `{"default":"random","extra":1}`,
 			[]string{`unknown field "extra" (want default, request_algorithms, models)`},
 		},
 		{
-			"item 12: unknown detailed field", `{"models":{"m":{"algorithm":"wait-and-widen","bogus":1,"last_cluster_affinity":true}}}`,
+			"unknown detailed field", `{"models":{"m":{"algorithm":"wait-and-widen","bogus":1,"last_cluster_affinity":true}}}`,
 			[]string{`models["m"]: wait-and-widen config does not support field(s): bogus, last_cluster_affinity`},
 		},
 		{
-			"item 17: scale -0.1", `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":-0.1}}}`,
+			"scale -0.1", `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":-0.1}}}`,
 			[]string{`models["m"]: cache_affinity_input_tokens_scale must be between 0.0 and 1.0`},
 		},
 		{
-			"item 17: scale 1.1", `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":1.1}}}`,
+			"scale 1.1", `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":1.1}}}`,
 			[]string{`models["m"]: cache_affinity_input_tokens_scale must be between 0.0 and 1.0`},
 		},
 		{
-			"item 20: request_algorithms key mismatch", `{"request_algorithms":{"random":"round-robin"}}`,
+			"request_algorithms key mismatch", `{"request_algorithms":{"random":"round-robin"}}`,
 			[]string{`request_algorithms key random does not match its algorithm round-robin`},
 		},
 		{

@@ -1,6 +1,6 @@
 // Package lbconfig decodes lb-config.json and resolves the x-routing-method header.
 //
-// The model (REFERENCE §2): a Config holds the algorithm definition for models without
+// The model (the reference router's lb-config.json): a Config holds the algorithm definition for models without
 // their own entry (Default), per-model definitions (Models) and the allowlist of
 // definitions a request may select by header (RequestAlgorithms, top level and per
 // model). An Entry is one fully resolved definition: defaults applied, the reference's

@@ -9,7 +9,7 @@ import (
 	"github.com/switchyard/switchyard/engines/load"
 )
 
-// Defaults of the algorithm settings (REFERENCE §1.3, §1.6).
+// Defaults and bounds of the algorithm settings.
 const (
 	DefaultSampleCount        = 2                     // power-of-n sample_count
 	MinSampleCount            = 1                     // smallest power-of-n sample_count

@@ -10,7 +10,9 @@ import (
 	"github.com/switchyard/switchyard/engines/load"
 )
 
-// TestDefaultEntry covers REFERENCE §9.1 items 7, 8 and 21 (defaults side).
+// TestDefaultEntry checks every algorithm's defaults: sample_count 2, comparator ttft for
+// power-of-n and wait-and-widen only, and wait-and-widen's internal defaults (virtual nodes
+// 150, scale 1, bucket 20 ms, unlock factor 0.25, n 2).
 func TestDefaultEntry(t *testing.T) {
 	t.Parallel()
 	waw := Entry{
@@ -47,7 +49,9 @@ func TestDefaultEntry(t *testing.T) {
 	}
 }
 
-// TestEntryValidate covers the programmatic checks of REFERENCE §9.1 items 7, 10 and 17.
+// TestEntryValidate checks the range checks on entries built in code: sample_count 1–64,
+// the affinity scale within 0–1 (NaN and ±Inf rejected without a panic), and no
+// comparator, affinity hold or scale on pulsar-wait-and-widen.
 func TestEntryValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
