@@ -1,8 +1,9 @@
-// Package drive sends a scenario's request manifest at an OpenAI-compatible endpoint
-// (a bare engine, a pylon, the gateway or another router) over fasthttp, paced by the
+// Package drive sends a scenario's request manifest at an OpenAI-compatible endpoint (a
+// bare engine, a pylon, the gateway or another router) over fasthttp, paced by the
 // manifest's arrival offsets under max_concurrency, and records per request the status,
-// TTFT (first SSE event with content), TTLT (last byte), serving backend and cluster,
-// the mock engine's KV-cache headers and the gateway's retry count (REFERENCE.md §6.4).
+// TTFT (first SSE event with content), TTLT (last byte), serving backend and cluster, the
+// mock engine's KV-cache headers and the gateway's retry count, as the reference bench's
+// driver does.
 package drive
 
 import (

@@ -128,10 +128,10 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 			"--active-canary-interval-ms=0",
 		}
 		if tps := b.Profile.Registration.LastMeanInputTPS; tps > 0 {
-			// Pinned, as the reference bench does (REFERENCE.md §6.3): the measured input
-			// throughput counts prefix-cache hits as processed tokens (input tokens / time
-			// to first output), so on a cache-heavy workload it would climb far above the
-			// profile's prefill rate and every backend would look equally fast.
+			// Pinned, as the reference bench does: the measured input throughput counts
+			// prefix-cache hits as processed tokens (input tokens / time to first output),
+			// so on a cache-heavy workload it would climb far above the profile's prefill
+			// rate and every backend would look equally fast.
 			args = append(args, "--initial-input-tps="+ms(tps), "--benchmark-pin-input-tps")
 		}
 		args = append(args, admissionArgs(a.PylonQueueAdmission)...)

@@ -1,6 +1,6 @@
-// Package microbench is the load-balancer microbenchmark of REFERENCE.md §6.7: synthetic
-// candidates, a request mix, the 23 scenarios, and a choose-only measurement loop shared
-// by `go test -bench` in gateway/lb and `bench lb-microbench`.
+// Package microbench is the reference bench's load-balancer microbenchmark: synthetic
+// candidates, a request mix, the 23 scenarios, and a choose-only measurement loop shared by
+// `go test -bench` in gateway/lb and `bench lb-microbench`.
 package microbench
 
 import (
@@ -204,7 +204,7 @@ func Run(sc Scenario, candidates, keys, iterations, warmup int, rng lb.Rand, now
 	return res, nil
 }
 
-// WriteCSV writes results with the reference's CSV columns (REFERENCE.md §6.7), plus
+// WriteCSV writes results with the reference microbenchmark's CSV columns, plus
 // allocs_per_choose.
 func WriteCSV(w io.Writer, results []Result) error {
 	cw := csv.NewWriter(w)

@@ -1,10 +1,10 @@
-// Package overhead measures, side by side and with every component in its own process,
-// the latency the pylon adds over calling the engine directly and the latency the gateway
-// adds over calling the pylon directly, each next to a bare fasthttp reverse proxy on the
-// same hop (DESIGN.md §7: both budgets are ≤ 1.25× the bare proxy's added latency, p50
-// and p99). The client sends serial non-streaming requests over the seven paths, one of
-// each per round in a new random order, so drift and bursts of load on a noisy machine hit
-// every path alike and no path always follows the same one.
+// Package overhead measures, side by side and with every component in its own process, the
+// latency the pylon adds over calling the engine directly and the latency the gateway adds
+// over calling the pylon directly, each next to a bare fasthttp reverse proxy on the same
+// hop (both budgets are ≤ 1.25× the bare proxy's added latency, p50 and p99; see
+// docs/bench.md). The client sends serial non-streaming requests over the seven paths, one
+// of each per round in a new random order, so drift and bursts of load on a noisy machine
+// hit every path alike and no path always follows the same one.
 //
 // The seventh path is an A/A control: a second bare proxy, the same code in its own
 // process, on the gateway's hop. Its ratio to the first one would be 1.00× on a quiet

@@ -106,7 +106,7 @@ func table(w io.Writer, header []string, rows [][]string) {
 	fmt.Fprintln(w)
 }
 
-// summaryHeader are the reference report's summary columns (REFERENCE.md §6.5).
+// summaryHeader are the reference bench report's summary columns.
 var summaryHeader = []string{
 	"Algorithm", "Admission Mode", "Success", "Successful RPS", "Output Goodput", "Avg TTFT", "P95 TTFT",
 	"Avg TTLT", "P95 TTLT", "Max TTLT", "Total Length", "Cluster Equal Balance", "Cluster Input-Capacity Balance",

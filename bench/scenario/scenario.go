@@ -1,8 +1,7 @@
-// Package scenario is the bench's scenario model: the reference bench's YAML schema
-// (REFERENCE.md §6.2), decoded strictly (an unknown field is an error naming it),
-// validated with one precise message per problem, and turned into a deterministic
-// request manifest from (scenario, seed). It is pure: no I/O beyond the bytes it is
-// given, no clock, no goroutines.
+// Package scenario is the bench's scenario model: the reference bench's YAML schema,
+// decoded strictly (an unknown field is an error naming it), validated with one precise
+// message per problem, and turned into a deterministic request manifest from (scenario,
+// seed). It is pure: no I/O beyond the bytes it is given, no clock, no goroutines.
 package scenario
 
 // Scenario is one decoded scenario file. Optional fields are pointers so validation can
@@ -194,7 +193,8 @@ type Algorithm struct {
 	PylonQueueAdmission *QueueAdmission `yaml:"pylon_queue_admission"`
 }
 
-// QueueAdmission maps to the pylon's queue-admission flags (REFERENCE.md §4.6).
+// QueueAdmission maps to the pylon's queue-admission flags (--[no-]queue-admission,
+// --queue-admission-min-delta-ms, --queue-admission-tolerance).
 type QueueAdmission struct {
 	Enabled         *bool    `yaml:"enabled"`
 	MinDeltaMs      *float64 `yaml:"min_delta_ms"`

@@ -77,8 +77,8 @@ func (s *Scenario) Topology() Topology {
 	return t
 }
 
-// EngineFlags are the mock engine's settings for one cluster (REFERENCE.md §6.3), before
-// the listen address and time scale are added.
+// EngineFlags are the mock engine's settings for one cluster, before the listen address and
+// time scale are added.
 type EngineFlags struct {
 	TokenDelayMs          float64
 	DecodeJitterMs        float64

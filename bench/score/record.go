@@ -1,5 +1,5 @@
 // Package score turns the driver's per-request records into the per-algorithm figures
-// of REFERENCE.md §6.5: success, throughput, latency percentiles, balance, cache and
+// of the reference bench's report: success, throughput, latency percentiles, balance, cache and
 // stickiness summaries, failure groups and Prometheus counter deltas. It is pure: the
 // run's length and the scraped metrics text are inputs.
 package score
