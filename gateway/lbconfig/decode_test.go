@@ -360,11 +360,11 @@ func TestParseErrors(t *testing.T) {
 			[]string{`request_algorithms key powerOf2 names the same algorithm as key power-of-n`},
 		},
 		{
-			"PR: pulsar-wait-and-widen with X", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","cache_affinity_wait_ms":100}}}`,
+			"pulsar-wait-and-widen with X", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","cache_affinity_wait_ms":100}}}`,
 			[]string{`models["m"]: cache_affinity_wait_ms is not supported for pulsar-wait-and-widen`},
 		},
 		{
-			"PR: pulsar-wait-and-widen with scale", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","cache_affinity_input_tokens_scale":0.5}}}`,
+			"pulsar-wait-and-widen with scale", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","cache_affinity_input_tokens_scale":0.5}}}`,
 			[]string{`models["m"]: cache_affinity_input_tokens_scale is not supported for pulsar-wait-and-widen`},
 		},
 		{
