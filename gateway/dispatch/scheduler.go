@@ -541,6 +541,7 @@ func (s *Scheduler) try(p *Pending) {
 			}
 			p.Req.Excluded = append(p.Req.Excluded, c)
 		}
+		p.Req.At = now
 		d := bal.Decide(snap, &p.Req, elapsed)
 		switch d.Kind {
 		case lb.KindSelected:

@@ -205,7 +205,7 @@ func (b *pulsarWaitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Durati
 		if len(band) == 0 {
 			continue
 		}
-		d := b.cfg.evaluate(&b.scratch, b.rng, s, r, band, 1, elapsed, elapsed)
+		d := b.cfg.evaluate(&b.scratch, b.rng, s, r, band, 1, elapsed, elapsed, -1)
 		switch d.Kind {
 		case KindSelected:
 			pos := slices.IndexFunc(ranking, func(idx int32) bool { return int(idx) == d.Index })

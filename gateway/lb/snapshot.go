@@ -71,6 +71,9 @@ type Request struct {
 	SLO time.Duration
 	// Excluded lists the cluster ids that already failed for this request.
 	Excluded []string
+	// At is the time of the decision (the scheduler's clock): the session memory's clock.
+	// Zero leaves the session memory out.
+	At time.Time
 }
 
 // IsExcluded reports whether clusterID already failed for this request.

@@ -17,9 +17,13 @@ type waitAndWiden struct {
 	rng    Rand
 	ring   ring
 	groups keyCache[[]int32]
+	// sessions remembers which cluster last served each affinity key (session stickiness
+	// inside the affinity group).
+	sessions sessionTable
 	// Scratch reused across decisions so a decision on a cached key allocates nothing.
 	scratch  []scored
 	groupBuf []int32
+	promoted []int32
 	hashBuf  []byte
 }
 
@@ -41,6 +45,9 @@ type wawConfig struct {
 	selectionCount int
 	hold           time.Duration
 	scale          float64
+	// session memory
+	sessionTTL  time.Duration
+	sessionSize int
 }
 
 func newWAWConfig(e lbconfig.Entry) wawConfig {
@@ -60,11 +67,14 @@ func newWAWConfig(e lbconfig.Entry) wawConfig {
 		selectionCount: e.SelectionCount,
 		hold:           e.AffinityWait,
 		scale:          e.AffinityInputScale,
+		sessionTTL:     e.SessionTTL,
+		sessionSize:    e.SessionTableSize,
 	}
 }
 
 func newWaitAndWiden(e lbconfig.Entry, rng Rand) *waitAndWiden {
-	return &waitAndWiden{cfg: newWAWConfig(e), rng: rng, groups: newKeyCache[[]int32](defaultCacheKeys, false)}
+	cfg := newWAWConfig(e)
+	return &waitAndWiden{cfg: cfg, rng: rng, groups: newKeyCache[[]int32](defaultCacheKeys, false), sessions: newSessionTable(cfg.sessionSize, cfg.sessionTTL)}
 }
 
 // scored is one candidate's estimate during a decision.
@@ -91,23 +101,53 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	}
 	group := b.group(s, r)
 	if group == nil {
-		return b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, 1, elapsed, elapsed)
+		return b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, 1, elapsed, elapsed, -1)
 	}
-	return b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed)
+	remember := b.sessions.enabled() && !r.At.IsZero()
+	last := int32(-1)
+	if remember {
+		last = b.returning(s, r, group)
+	}
+	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, last)
+	if remember && d.Kind == KindSelected {
+		b.sessions.put(r.AffinityKey, s.Candidates[d.Index].ClusterID, r.At)
+	}
+	return d
+}
+
+// returning looks r's affinity key up in the session memory. When the cluster that last
+// served it is a current, non-excluded member of the key's affinity group, it returns that
+// member's index, which the affinity phase prefers while it can take the request; else -1.
+// A last cluster outside the group (a fallback during the hold's overflow) does not pull
+// the session out of its group: once the group can take it again, the session goes back.
+func (b *waitAndWiden) returning(s *Snapshot, r *Request, group []int32) int32 {
+	cluster, ok := b.sessions.get(r.AffinityKey, r.At)
+	if !ok || r.IsExcluded(cluster) {
+		return -1
+	}
+	for _, i := range group {
+		if s.Candidates[i].ClusterID == cluster {
+			return i
+		}
+	}
+	return -1
 }
 
 // withHold is the affinity decision with a hold X: the affinity phase over the group at the
 // discounted prefill, waiting until X, then the global phase over every candidate at full
 // prefill with buckets widening only with the time after X.
-func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed time.Duration) Decision {
-	affine := c.evaluate(scratch, rng, s, r, group, c.scale, elapsed, elapsed)
+//
+// last (≥ 0) is the cluster that last served the request's session: the affinity phase
+// takes it whenever it is among the members that can take the request now.
+func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed time.Duration, last int32) Decision {
+	affine := c.evaluate(scratch, rng, s, r, group, c.scale, elapsed, elapsed, last)
 	if affine.Kind == KindSelected {
 		return affine
 	}
 	if elapsed < c.hold {
 		return Wait(minWait(affine, c.hold-elapsed))
 	}
-	global := c.evaluate(scratch, rng, s, r, nil, 1, elapsed, elapsed-c.hold)
+	global := c.evaluate(scratch, rng, s, r, nil, 1, elapsed, elapsed-c.hold, -1)
 	switch global.Kind {
 	case KindSelected:
 		global.RankDepth = len(group) + 1
@@ -158,9 +198,10 @@ func (b *waitAndWiden) group(s *Snapshot, r *Request) []int32 {
 // unlock with the time budget, see unlock, then the comparator over a sample of the open
 // candidates) over members (nil = every candidate) with prefill scale and a bucket budget;
 // sloElapsed drives the queue-SLO interpolation. It returns Selected (rank 1), Wait (a
-// locked bucket with capacity will unlock) or Unavailable.
-func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, scale float64, sloElapsed, budget time.Duration) Decision {
-	sc, overSLO := c.collect((*scratch)[:0], s, r, members, scale, sloElapsed)
+// locked bucket with capacity will unlock) or Unavailable. prefer (≥ 0) is taken when it is
+// among the open candidates.
+func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, scale float64, sloElapsed, budget time.Duration, prefer int32) Decision {
+	sc, overSLO := c.collect((*scratch)[:0], s, r, members, scale, sloElapsed, prefer)
 	*scratch = sc
 	if len(sc) == 0 {
 		if overSLO {
@@ -191,12 +232,22 @@ func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Reques
 		}
 		return Unavailable(ReasonNoCapacity)
 	}
+	if prefer >= 0 {
+		for _, x := range open {
+			if x.idx == prefer {
+				return Selected(int(prefer), 1)
+			}
+		}
+	}
 	return Selected(c.best(rng, s, r, open), 1)
 }
 
 // collect appends the non-excluded members that pass the queue SLO, with their estimates;
-// overSLO reports whether the SLO dropped any.
-func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int32, scale float64, elapsed time.Duration) (_ []scored, overSLO bool) {
+// overSLO reports whether the SLO dropped any. With a known last cluster (prefer ≥ 0) only
+// that member's prefill is discounted by scale: it is the one known to hold the session's
+// prefix, the others would prefill it in full — so cache and load are weighed in one
+// estimate.
+func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int32, scale float64, elapsed time.Duration, prefer int32) (_ []scored, overSLO bool) {
 	limit := load.Millis(math.Inf(1))
 	if c.hasQueueSLO {
 		limit = c.queueLimit(r, elapsed)
@@ -206,7 +257,11 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 		if r.IsExcluded(cand.ClusterID) {
 			return
 		}
-		est := cand.Load.Estimate(load.MillisOf(cand.RTT), r.InputTokens, r.Priority, scale, c.ignore)
+		sc1 := scale
+		if prefer >= 0 && i != prefer {
+			sc1 = 1
+		}
+		est := cand.Load.Estimate(load.MillisOf(cand.RTT), r.InputTokens, r.Priority, sc1, c.ignore)
 		if est.Queue > limit {
 			overSLO = true
 			return

@@ -49,7 +49,7 @@ var wawFields = []string{
 // decoded for pulsar-wait-and-widen so that Validate can refuse it by name.
 var algorithmFields = [numAlgorithms][]string{
 	PowerOfN:           {"sample_count", "comparator", fieldTieTolerance},
-	WaitAndWiden:       append(slices.Clone(wawFields), fieldTieTolerance),
+	WaitAndWiden:       append(slices.Clone(wawFields), fieldTieTolerance, "session_affinity_ttl_ms", "session_table_size"),
 	RoundRobin:         nil,
 	Random:             nil,
 	Pulsar:             {"seed", "consider_kv_free_tokens"},
@@ -352,6 +352,10 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.ConsiderKVFreeTokens, raw, decodeBool)
 	case fieldTieTolerance:
 		return assign(&e.TieTolerance, raw, decodeMillis)
+	case "session_affinity_ttl_ms":
+		return assign(&e.SessionTTL, raw, decodeMillis)
+	case "session_table_size":
+		return assign(&e.SessionTableSize, raw, decodeAtLeastOne)
 	default: // not reachable: supports() admits only the fields above
 		return errors.New("unsupported field")
 	}

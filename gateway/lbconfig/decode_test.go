@@ -169,6 +169,7 @@ func TestParse(t *testing.T) {
 				"cache_affinity_input_tokens_scale":0.5,"max_queue_time_floor_ms":300,"max_queue_time_ceil_ms":100,
 				"ttft_bucket_size_ms":0,"next_bucket_unlock_factor":-0.5,"n":3,"max_queued":18446744073709551615,
 				"ignore_queue_time":true,"ignore_input_processing_time":true,"tie_tolerance_ms":5,
+				"session_affinity_ttl_ms":0,"session_table_size":10,
 				"require_cache_affinity_key":false,"require_input_tokens":true,"max_input_work_seconds":0}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: Entry{
 				Algorithm: WaitAndWiden, Name: "wait-and-widen", RequireInputTokens: true,
@@ -176,7 +177,7 @@ func TestParse(t *testing.T) {
 				VirtualNodes: 8, SelectionCount: 1, AffinityWait: 100 * time.Millisecond, AffinityInputScale: 0.5,
 				HasQueueSLO: true, QueueFloor: 300 * time.Millisecond, QueueCeil: 100 * time.Millisecond,
 				UnlockFactor: -0.5, N: 3, MaxQueued: math.MaxUint64, IgnoreQueueTime: true, IgnoreInputProcessingTime: true,
-				TieTolerance: 5 * time.Millisecond,
+				TieTolerance: 5 * time.Millisecond, SessionTableSize: 10,
 			}}}),
 		},
 		{

@@ -22,6 +22,8 @@ const (
 	DefaultN                  = 2                     // n, the wait-and-widen sample size
 	DefaultTieTolerance       = 5 * time.Millisecond  // tie_tolerance_ms of power-of-n
 	DefaultWAWTieTolerance    = time.Millisecond      // tie_tolerance_ms of wait-and-widen
+	DefaultSessionTTL         = 5 * time.Minute       // session_affinity_ttl_ms (wait-and-widen)
+	DefaultSessionTableSize   = 65536                 // session_table_size (wait-and-widen)
 )
 
 // Entry is one algorithm definition with every setting resolved: defaults applied and
@@ -91,6 +93,16 @@ type Entry struct {
 	UnlockFactor float64
 	// N is wait-and-widen's sample size n: default 2, a configured 0 becomes 1.
 	N int
+	// SessionTTL is session_affinity_ttl_ms (wait-and-widen with an affinity group): how
+	// long the gateway remembers which cluster last served an affinity key. While it
+	// remembers, the key's requests go back to that cluster whenever it is among the
+	// group's members that can take them, and only that member's prefill is discounted
+	// (the others would prefill the session's prefix in full). Default 5 minutes; 0 turns
+	// the session memory off.
+	SessionTTL time.Duration
+	// SessionTableSize is session_table_size: the most affinity keys remembered per routing
+	// target (least recently used forgotten first). Default 65 536.
+	SessionTableSize int
 	// MaxQueued is the number of requests a backend may run beyond its engine
 	// concurrency and still count as having capacity (max_queued, default 0).
 	MaxQueued uint64
@@ -117,6 +129,8 @@ func DefaultEntry(a Algorithm) Entry {
 		if a == WaitAndWiden {
 			e.Comparator = load.ComparatorTTFT
 			e.TieTolerance = DefaultWAWTieTolerance
+			e.SessionTTL = DefaultSessionTTL
+			e.SessionTableSize = DefaultSessionTableSize
 		}
 		e.VirtualNodes = DefaultVirtualNodes
 		e.AffinityInputScale = DefaultAffinityInputScale

@@ -25,9 +25,12 @@ func TestDefaultEntry(t *testing.T) {
 		UnlockFactor:       0.25,
 		N:                  2,
 		TieTolerance:       time.Millisecond,
+		SessionTTL:         5 * time.Minute,
+		SessionTableSize:   65536,
 	}
 	pwaw := waw
 	pwaw.Algorithm, pwaw.Name, pwaw.Comparator, pwaw.TieTolerance = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone, 0
+	pwaw.SessionTTL, pwaw.SessionTableSize = 0, 0
 	want := []Entry{
 		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 5 * time.Millisecond},
 		waw,

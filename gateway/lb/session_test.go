@@ -1,0 +1,60 @@
+package lb_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/gateway/lb"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+// A session sticks to the member of its affinity group that served it last: only that
+// member, which holds the session's prefix, gets the prefill discount, so it wins while its
+// other costs are lower than the prefill the other member would redo; the session moves
+// when the member cannot take it (full), and without session memory (TTL 0) it follows
+// the lower estimate as before.
+func TestSessionSticksInsideTheGroup(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	entry := func(ttl time.Duration) lbconfig.Entry {
+		return waw(func(e *lbconfig.Entry) {
+			e.SelectionCount, e.AffinityWait, e.SessionTTL, e.SessionTableSize = 2, 200*time.Millisecond, ttl, 16
+			e.AffinityInputScale = 0.1
+		})
+	}
+	// a is faster first, then b becomes faster by 40 ms (two buckets), both with room.
+	aFast := snap(idle("a", 1), idle("b", 41))
+	bFast := snap(idle("a", 41), idle("b", 1))
+	r := func(now time.Time) *lb.Request {
+		return &lb.Request{AffinityKey: "session-1", InputTokens: 100_000, At: now} // 100 ms of prefill at 1M tps
+	}
+	cluster := func(s *lb.Snapshot, d lb.Decision) string {
+		if d.Kind != lb.KindSelected {
+			t.Fatalf("decision %v, want a selection", d)
+		}
+		return s.Candidates[d.Index].ClusterID
+	}
+
+	b := newBalancer(t, entry(time.Minute), seeded())
+	if got := cluster(aFast, b.Decide(aFast, r(at), 0)); got != "a" {
+		t.Fatalf("first turn went to %s, want the faster a", got)
+	}
+	for i := range 5 {
+		if got := cluster(bFast, b.Decide(bFast, r(at.Add(time.Duration(i+1)*time.Second)), 0)); got != "a" {
+			t.Errorf("turn %d went to %s, want a (it holds the session's prefix and can take it)", i+2, got)
+		}
+	}
+	fullA := snap(full(idle("a", 41)), idle("b", 1))
+	if got := cluster(fullA, b.Decide(fullA, r(at.Add(10*time.Second)), time.Second)); got != "b" {
+		t.Errorf("with a full, the session went to %s, want b", got)
+	}
+	if got := cluster(bFast, b.Decide(bFast, r(at.Add(2*time.Minute)), 0)); got != "b" {
+		t.Errorf("after the TTL the session went to %s, want the faster b", got)
+	}
+
+	off := newBalancer(t, entry(0), seeded())
+	off.Decide(aFast, r(at), 0)
+	if got := cluster(bFast, off.Decide(bFast, r(at.Add(time.Second)), 0)); got != "b" {
+		t.Errorf("without session memory the second turn went to %s, want the faster b", got)
+	}
+}
