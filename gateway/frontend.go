@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/switchyard/switchyard/internal/echo"
+
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
@@ -37,7 +39,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	case path == "/metrics" && g.cfg.PublicMetrics:
 		g.handleMetrics(ctx)
 	default:
-		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, quoteClient(path)))
+		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, echo.Quote(path)))
 	}
 }
 
@@ -71,13 +73,13 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 	case g.cfg.EnablePprof && strings.HasPrefix(path, "/debug/pprof/"):
 		pprofhandler.PprofHandler(ctx)
 	default:
-		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, quoteClient(path)))
+		writeError(ctx, fmt.Errorf("%w: no route for %s", ErrNotFound, echo.Quote(path)))
 	}
 }
 
 func (g *Gateway) recoverPanic(ctx *fasthttp.RequestCtx) {
 	if r := recover(); r != nil {
-		g.log.Error("handler_panic", "panic", fmt.Sprint(r), "path", quoteClient(string(ctx.Path())))
+		g.log.Error("handler_panic", "panic", fmt.Sprint(r), "path", echo.Quote(string(ctx.Path())))
 		writeError(ctx, fmt.Errorf("panic: %v", r))
 	}
 }
@@ -150,7 +152,7 @@ func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 		ctx.SetBody(b)
 	case ctx.IsDelete():
 		if !g.fleet.Deregister(id) {
-			writeError(ctx, fmt.Errorf("%w: backend %s is not registered", ErrNotFound, quoteClient(id)))
+			writeError(ctx, fmt.Errorf("%w: backend %s is not registered", ErrNotFound, echo.Quote(id)))
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusNoContent)

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/switchyard/switchyard/internal/echo"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/control"
@@ -205,7 +207,7 @@ func (rh *routingHeaders) uint(i, bitSize int, budgetHeader string) (uint64, boo
 	}
 	n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, bitSize)
 	if err != nil {
-		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %s", ErrBadRequest, rh.name(i, budgetHeader), quoteClient(v))
+		return 0, true, fmt.Errorf("%w: header %s must be an unsigned integer, got %s", ErrBadRequest, rh.name(i, budgetHeader), echo.Quote(v))
 	}
 	return n, true, nil
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"github.com/switchyard/switchyard/internal/echo"
 )
 
 // quoteClient quotes at most 64 bytes of a client value, never splitting a rune, and
@@ -18,11 +20,11 @@ func TestQuoteClient(t *testing.T) {
 		{strings.Repeat("x", 61) + "€tail", `"` + strings.Repeat("x", 61) + `€"...`},
 		{strings.Repeat("\xff", 100), `"` + strings.Repeat(`\xff`, 64) + `"...`},
 	} {
-		if got := quoteClient(tc.in); got != tc.want {
-			t.Errorf("quoteClient(%.80q) = %s, want %s", tc.in, got, tc.want)
+		if got := echo.Quote(tc.in); got != tc.want {
+			t.Errorf("echo.Quote(%.80q) = %s, want %s", tc.in, got, tc.want)
 		}
-		if got := quoteClient([]byte(tc.in)); got != tc.want {
-			t.Errorf("quoteClient([]byte(%.80q)) = %s, want %s", tc.in, got, tc.want)
+		if got := echo.Quote([]byte(tc.in)); got != tc.want {
+			t.Errorf("echo.Quote([]byte(%.80q)) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
 }

@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/internal/echo"
 
 	"github.com/valyala/fasthttp"
 
@@ -38,7 +39,7 @@ func badHeader(name, why string) *problem {
 }
 
 func generationUnavailable(model string) *problem {
-	p := newProblem(fasthttp.StatusServiceUnavailable, "model "+quoteClient(model)+" has no admitted generation on this pylon")
+	p := newProblem(fasthttp.StatusServiceUnavailable, "model "+echo.Quote(model)+" has no admitted generation on this pylon")
 	p.Reason, p.retryable = control.RetryModelGenerationUnavail, true
 	return p
 }
@@ -140,23 +141,6 @@ func unreadableRequest(err error, maxBodyBytes int) *problem {
 	default:
 		return newProblem(fasthttp.StatusBadRequest, "malformed HTTP request")
 	}
-}
-
-// maxEcho bounds the bytes of a client-sent value that a problem detail may quote.
-const maxEcho = 64
-
-// quoteClient quotes a client-sent value for a problem detail: at most maxEcho bytes (cut
-// on a rune boundary, "..." marking the cut), Go-quoted so control characters and
-// invalid UTF-8 show as escapes.
-func quoteClient(v string) string {
-	if len(v) <= maxEcho {
-		return strconv.Quote(v)
-	}
-	cut := maxEcho
-	for cut > maxEcho-utf8.UTFMax && cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return strconv.Quote(v[:cut]) + "..."
 }
 
 func internalError() *problem {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/echo"
+
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
@@ -255,7 +257,7 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 		if e.cfg.EnableTestControl && e.routeTestControl(ctx, path) {
 			return
 		}
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "not_found", Message: "no route for " + quoteClient(path)})
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "not_found", Message: "no route for " + echo.Quote(path)})
 	}
 }
 

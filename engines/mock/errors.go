@@ -3,7 +3,6 @@ package mock
 import (
 	"errors"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 )
@@ -69,24 +68,6 @@ func errorResponse(err error) (status int, body []byte, retryAfter int) {
 	body = appendJSONString(body, ae.Code)
 	body = append(body, "}}"...)
 	return ae.Status, body, ae.RetryAfter
-}
-
-// maxEcho bounds the bytes of a client-sent value that an error message may quote.
-const maxEcho = 64
-
-// quoteClient quotes a client-sent value for an error message: at most maxEcho bytes (cut
-// on a rune boundary, "..." marking the cut), Go-quoted so control characters and
-// invalid UTF-8 show as escapes.
-func quoteClient[T ~string | ~[]byte](v T) string {
-	s := string(v[:min(len(v), maxEcho+1)])
-	if len(s) <= maxEcho {
-		return strconv.Quote(s)
-	}
-	cut := maxEcho
-	for cut > maxEcho-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
 }
 
 func writeError(ctx *fasthttp.RequestCtx, err error) {

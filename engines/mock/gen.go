@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/echo"
+
 	"github.com/valyala/fasthttp"
 	"github.com/zeebo/xxh3"
 
@@ -349,7 +351,7 @@ func (e *Engine) generate(ctx *fasthttp.RequestCtx, ep endpoint) error {
 	if ms == nil {
 		return &apiError{
 			Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "model_not_found",
-			Message: "the model " + quoteClient(req.model) + " does not exist",
+			Message: "the model " + echo.Quote(req.model) + " does not exist",
 		}
 	}
 	if err := req.tokenCounts(&ctx.Request.Header, e.cfg.NumTokens); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/echo"
+
 	"github.com/valyala/fasthttp"
 	"github.com/zeebo/xxh3"
 )
@@ -160,9 +162,9 @@ func decodeMessage(err error) string {
 	const unknown = "json: unknown field "
 	if quoted, ok := strings.CutPrefix(msg, unknown); ok {
 		if name, uerr := strconv.Unquote(quoted); uerr == nil {
-			return unknown + quoteClient(name)
+			return unknown + echo.Quote(name)
 		}
-		return unknown + quoteClient(quoted)
+		return unknown + echo.Quote(quoted)
 	}
 	return msg
 }
@@ -196,7 +198,7 @@ func (e *Engine) putModelControl(ctx *fasthttp.RequestCtx, model string) {
 	}
 	e.mu.Unlock()
 	if ms == nil {
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "model_not_found", Message: "the model " + quoteClient(model) + " does not exist"})
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: typeNotFound, Code: "model_not_found", Message: "the model " + echo.Quote(model) + " does not exist"})
 		return
 	}
 	writeJSON(ctx, c)

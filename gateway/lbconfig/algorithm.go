@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/internal/echo"
 )
 
 // Algorithm is one of the six built-in load-balancing algorithms.
@@ -114,11 +116,11 @@ func (e *HeaderError) Error() string {
 	case ReasonBlank:
 		return "x-routing-method is blank"
 	case ReasonInvalidUTF8:
-		return fmt.Sprintf("x-routing-method %q is not valid UTF-8", short(e.Value))
+		return fmt.Sprintf("x-routing-method %s is not valid UTF-8", echo.Quote(e.Value))
 	case ReasonNotAllowed:
-		return fmt.Sprintf("x-routing-method %q: algorithm %s is not allow-listed for model %q", short(e.Value), e.Name, short(e.Model))
+		return fmt.Sprintf("x-routing-method %s: algorithm %s is not allow-listed for model %s", echo.Quote(e.Value), e.Name, echo.Quote(e.Model))
 	default:
-		return fmt.Sprintf("x-routing-method %q: unknown algorithm", short(e.Value))
+		return fmt.Sprintf("x-routing-method %s: unknown algorithm", echo.Quote(e.Value))
 	}
 }
 
@@ -153,14 +155,4 @@ func ParseRoutingMethod(value string) (Algorithm, string, error) {
 		return 0, name, &HeaderError{Value: value, Name: name, Reason: ReasonUnknown}
 	}
 	return a, name, nil
-}
-
-// short cuts a client-supplied value to 64 bytes for an error message (a message never
-// echoes unbounded request bytes; the cut may split a character, which %q shows escaped).
-func short(v string) string {
-	const limit = 64
-	if len(v) > limit {
-		return v[:limit] + "..."
-	}
-	return v
 }
