@@ -14,7 +14,7 @@ BENCHCOUNT ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build test race cover e2e fuzz bench lint fmt tidy-check tools demo overhead chaos soak clean
+.PHONY: help build test openai-client race cover e2e fuzz bench lint fmt tidy-check tools demo overhead chaos soak clean
 
 help: ## List the targets with a one-line description each.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,10 +23,20 @@ build: ## Build the four binaries (gateway, pylon, engine, bench) into bin/.
 	@mkdir -p $(BIN)
 	@for b in $(BINARIES); do $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$b ./cmd/$$b || exit 1; done
 
-test: build ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race.
+OPENAI_CLIENT := gateway/testdata/openai-client
+
+test: build openai-client ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race.
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 12m ./...
 	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./pylon/relay/ ./pylon/stats/
+
+# The official openai npm client for the gateway's compatibility test: installed when npm
+# is present; without npm the test is skipped, and this says so.
+openai-client:
+	@if [ -d $(OPENAI_CLIENT)/node_modules/openai ]; then :; \
+	elif command -v npm >/dev/null 2>&1; then \
+	  npm install --no-package-lock --no-audit --no-fund --prefix $(OPENAI_CLIENT) >/dev/null && echo "installed the openai npm client for TestLoopbackOpenAINodeClient"; \
+	else echo "WARNING: npm not found: TestLoopbackOpenAINodeClient (the official openai client against the gateway) will be SKIPPED; apt-get install nodejs npm"; fi
 
 race: test ## Alias of test: -race is always on.
 
