@@ -23,7 +23,6 @@ type waitAndWiden struct {
 	// Scratch reused across decisions so a decision on a cached key allocates nothing.
 	scratch  []scored
 	groupBuf []int32
-	promoted []int32
 	hashBuf  []byte
 }
 
