@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,6 +162,9 @@ func admissionArgs(q *scenario.QueueAdmission) []string {
 	}
 	if q.ToleranceFactor != nil {
 		out = append(out, "--queue-admission-tolerance="+ms(*q.ToleranceFactor))
+	}
+	if q.RetryAfterMs != nil && *q.RetryAfterMs >= 0 {
+		out = append(out, "--queue-mismatch-retry-after-ms="+strconv.FormatUint(uint64(math.Round(*q.RetryAfterMs)), 10))
 	}
 	return out
 }

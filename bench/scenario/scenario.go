@@ -199,7 +199,8 @@ type QueueAdmission struct {
 	Enabled         *bool    `yaml:"enabled"`
 	MinDeltaMs      *float64 `yaml:"min_delta_ms"`
 	ToleranceFactor *float64 `yaml:"tolerance_factor"`
-	// RetryAfterMs has no local pylon flag; it is reported as ignored.
+	// RetryAfterMs is the retry hint of the pylon's admission 429s
+	// (--queue-mismatch-retry-after-ms).
 	RetryAfterMs *float64 `yaml:"retry_after_ms"`
 }
 

@@ -457,11 +457,6 @@ func (s *Scenario) Ignored() []string {
 	if weights {
 		out = append(out, "backends profile weight (no local meaning)")
 	}
-	for i, a := range s.Algorithms {
-		if q := a.PylonQueueAdmission; q != nil && q.RetryAfterMs != nil {
-			out = append(out, fmt.Sprintf("algorithms[%d].pylon_queue_admission.retry_after_ms (the pylon has no retry-after flag)", i))
-		}
-	}
 	for i, a := range s.Degradation.Actions {
 		if a.Action == ActionScaleBackend {
 			out = append(out, fmt.Sprintf("degradation.actions[%d] scale_backend (not supported on a local fleet)", i))
