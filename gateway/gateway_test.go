@@ -254,7 +254,9 @@ func TestAffinityHoldThroughGateway(t *testing.T) {
 				t.Fatalf("request %d went to %s, not the primary %s", i, got, primary)
 			}
 		}
-		// The primary becomes full.
+		// The primary becomes full. First let the last answer's deferred load report (idle)
+		// land, so it cannot arrive after the registration that makes the primary full.
+		synctest.Wait()
 		full := idleLoad()
 		full.RunningRequests = full.MaxEngineConcurrency
 		ps[primary].mu.Lock()
