@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode"
+
+	"github.com/switchyard/switchyard/internal/filestamp"
 )
 
 const (
@@ -41,14 +43,14 @@ type Token struct {
 
 	cur atomic.Pointer[version] // nil when not configured
 
-	mu         sync.Mutex // serialises reloads and guards the fields below
-	failed     fileStamp  // the file's state when the last reload failed
-	failedSeen bool       // failed is set
+	mu         sync.Mutex      // serialises reloads and guards the fields below
+	failed     filestamp.Stamp // the file's state when the last reload failed
+	failedSeen bool            // failed is set
 }
 
 // version is one value of the token and the state of the file it was read from.
 type version struct {
-	stamp fileStamp
+	stamp filestamp.Stamp
 	value string
 	raw   []byte // value as bytes, for comparing without converting per request
 }
@@ -72,9 +74,9 @@ func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flagLiteral, err)
 		}
-		t.cur.Store(newVersion(fileStamp{}, value))
+		t.cur.Store(newVersion(filestamp.Stamp{}, value))
 	case file != "":
-		st := stampOf(file) // before reading: if the file changes meanwhile, the next use reads it again
+		st := filestamp.Of(file) // before reading: if the file changes meanwhile, the next use reads it again
 		value, err := readToken(file)
 		if err != nil {
 			return nil, err
@@ -84,7 +86,7 @@ func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
 	return t, nil
 }
 
-func newVersion(st fileStamp, value string) *version {
+func newVersion(st filestamp.Stamp, value string) *version {
 	return &version{stamp: st, value: value, raw: []byte(value)}
 }
 
@@ -125,14 +127,14 @@ func (t *Token) current() *version {
 	if cur == nil || t.file == "" {
 		return cur
 	}
-	if stampOf(t.file) == cur.stamp {
+	if filestamp.Of(t.file) == cur.stamp {
 		return cur
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// Look again under the lock: another caller may have reloaded already.
 	cur = t.cur.Load()
-	st := stampOf(t.file)
+	st := filestamp.Of(t.file)
 	if st == cur.stamp || (t.failedSeen && st == t.failed) {
 		return cur
 	}

@@ -2,35 +2,15 @@ package tlsx
 
 import (
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/switchyard/switchyard/internal/filestamp"
 )
-
-// fileStamp identifies one version of a file on disk. Any difference means the file was
-// rewritten or replaced. os.Stat follows symbolic links, so a Kubernetes Secret volume,
-// which swaps a symlinked directory, shows up as a new inode.
-type fileStamp struct {
-	mtime   int64  // modification time, Unix nanoseconds
-	size    int64  // bytes
-	inode   uint64 // 0 where the platform does not report one
-	missing bool   // os.Stat failed
-}
-
-func stampOf(path string) fileStamp {
-	if path == "" {
-		return fileStamp{}
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{missing: true}
-	}
-	return fileStamp{mtime: fi.ModTime().UnixNano(), size: fi.Size(), inode: inodeOf(fi)}
-}
 
 // stamps covers the (at most two) files a value is loaded from; an unused slot stays zero.
 // It is an array so that two versions compare with == and checking costs no allocation.
-type stamps [2]fileStamp
+type stamps [2]filestamp.Stamp
 
 // version is a loaded value and the stamps of the files it was loaded from.
 type version[T any] struct {
@@ -73,7 +53,7 @@ func newWatched[T any](what string, log *slog.Logger, load func() (T, error), fi
 }
 
 func (w *watched[T]) stamp() stamps {
-	return stamps{stampOf(w.files[0]), stampOf(w.files[1])}
+	return stamps{filestamp.Of(w.files[0]), filestamp.Of(w.files[1])}
 }
 
 // get returns the current value, reloading it first when the files changed since it was

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package tlsx
+package filestamp
 
 import "os"
 

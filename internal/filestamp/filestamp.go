@@ -1,0 +1,28 @@
+// Package filestamp tells whether a file on disk changed, cheaply enough to check on every
+// use: one os.Stat, compared by modification time, size and inode.
+package filestamp
+
+import "os"
+
+// Stamp identifies one version of a file on disk; any difference means the file was
+// rewritten or replaced. Stamps compare with ==. os.Stat follows symbolic links, so a
+// Kubernetes Secret volume, which swaps a symlinked directory, shows up as a new inode
+// even when time and size are the same.
+type Stamp struct {
+	mtime   int64  // modification time, Unix nanoseconds
+	size    int64  // bytes
+	inode   uint64 // 0 where the platform does not report one
+	missing bool   // os.Stat failed
+}
+
+// Of returns the stamp of the file at path; the zero Stamp when path is empty.
+func Of(path string) Stamp {
+	if path == "" {
+		return Stamp{}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Stamp{missing: true}
+	}
+	return Stamp{mtime: fi.ModTime().UnixNano(), size: fi.Size(), inode: inodeOf(fi)}
+}
