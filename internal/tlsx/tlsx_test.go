@@ -156,23 +156,35 @@ func (r *logRecorder) count(level slog.Level) int {
 	return n
 }
 
+func mustServerConfig(t *testing.T, o tlsx.ServerOptions, log *slog.Logger) *tls.Config {
+	t.Helper()
+	cfg, err := tlsx.ServerConfig(o, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func mustClientConfig(t *testing.T, o tlsx.ClientOptions) *tls.Config {
+	t.Helper()
+	cfg, err := tlsx.ClientConfig(o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestServerHandshakeWithCAFile(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "127.0.0.1")
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, nil)
 	if srv.MinVersion != tls.VersionTLS12 {
 		t.Errorf("MinVersion = %#x, want TLS 1.2", srv.MinVersion)
 	}
 	addr := serve(t, srv)
 
-	cli, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile()})
 	r := mustDial(t, addr, cli)
 	if want := serialOf(t, certFile); r.serverSerial.Cmp(want) != 0 {
 		t.Errorf("server presented serial %v, want %v", r.serverSerial, want)
@@ -182,10 +194,7 @@ func TestServerHandshakeWithCAFile(t *testing.T) {
 	}
 
 	// Verification is real: the system roots do not know the throwaway CA.
-	plain, err := tlsx.ClientConfig(tlsx.ClientOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := mustClientConfig(t, tlsx.ClientOptions{})
 	var unknown x509.UnknownAuthorityError
 	if _, err := dial(t, addr, plain); !errors.As(err, &unknown) {
 		t.Errorf("dial with system roots: err = %v, want an unknown authority error", err)
@@ -196,24 +205,15 @@ func TestServerNameOverride(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "switchyard.internal") // not valid for 127.0.0.1
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, nil)
 	addr := serve(t, srv)
 
-	byAddr, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	byAddr := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile()})
 	var hostErr x509.HostnameError
 	if _, err := dial(t, addr, byAddr); !errors.As(err, &hostErr) {
 		t.Errorf("dial by address: err = %v, want a hostname mismatch", err)
 	}
-	byName, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile(), ServerName: "switchyard.internal"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	byName := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile(), ServerName: "switchyard.internal"})
 	mustDial(t, addr, byName)
 }
 
@@ -222,15 +222,9 @@ func TestServerCertificateRotation(t *testing.T) {
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "127.0.0.1")
 	logs := &logRecorder{}
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, slog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, slog.New(logs))
 	addr := serve(t, srv)
-	cli, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile()})
 
 	first := serialOf(t, certFile)
 	if got := mustDial(t, addr, cli).serverSerial; got.Cmp(first) != 0 {
@@ -259,15 +253,9 @@ func TestServerBrokenRewriteKeepsCertificate(t *testing.T) {
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "127.0.0.1")
 	logs := &logRecorder{}
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, slog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, slog.New(logs))
 	addr := serve(t, srv)
-	cli, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile()})
 	good := serialOf(t, certFile)
 
 	tlstest.Replace(t, certFile, []byte("not a certificate\n"))
@@ -293,10 +281,7 @@ func TestServerBrokenRewriteKeepsCertificate(t *testing.T) {
 	// matching key arrives the new pair is served.
 	staging := t.TempDir()
 	newCert, newKey := tlstest.NewCA(t, staging).Issue(t, "server", "127.0.0.1")
-	cli2, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: filepath.Join(staging, "ca.pem")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli2 := mustClientConfig(t, tlsx.ClientOptions{CAFile: filepath.Join(staging, "ca.pem")})
 	copyFile(t, newCert, certFile)
 	if got := mustDial(t, addr, cli).serverSerial; got.Cmp(good) != 0 {
 		t.Fatalf("new certificate with the old key: serial %v, want the previous %v", got, good)
@@ -311,25 +296,16 @@ func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "127.0.0.1")
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: ca.CertFile()}, nil)
 	addr := serve(t, srv)
 
-	anonymous, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	anonymous := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile()})
 	if r, err := dial(t, addr, anonymous); err == nil {
 		t.Fatalf("client without a certificate was served (reply %q)", r.reply)
 	}
 
 	clientCert, clientKey := ca.Issue(t, "client")
-	withCert, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile(), CertFile: clientCert, KeyFile: clientKey}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	withCert := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile(), CertFile: clientCert, KeyFile: clientKey})
 	if r, want := mustDial(t, addr, withCert), serialOf(t, clientCert); r.reply != want.String() {
 		t.Errorf("server saw client serial %q, want %v", r.reply, want)
 	}
@@ -337,10 +313,7 @@ func TestMutualTLS(t *testing.T) {
 	// A certificate from another CA is refused.
 	other := t.TempDir()
 	strangerCert, strangerKey := tlstest.NewCA(t, other).Issue(t, "client")
-	stranger, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile(), CertFile: strangerCert, KeyFile: strangerKey}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stranger := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile(), CertFile: strangerCert, KeyFile: strangerKey})
 	if r, err := dial(t, addr, stranger); err == nil {
 		t.Fatalf("client with a certificate from an unknown CA was served (reply %q)", r.reply)
 	}
@@ -350,16 +323,10 @@ func TestClientCertificateRotation(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "127.0.0.1")
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: ca.CertFile()}, nil)
 	addr := serve(t, srv)
 	clientCert, clientKey := ca.Issue(t, "client")
-	cli, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile(), CertFile: clientCert, KeyFile: clientKey}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile(), CertFile: clientCert, KeyFile: clientKey})
 
 	first := serialOf(t, clientCert)
 	if r := mustDial(t, addr, cli); r.reply != first.String() {
@@ -388,24 +355,15 @@ func TestClientCARotation(t *testing.T) {
 	clientCAFile := filepath.Join(t.TempDir(), "clients.pem")
 	copyFile(t, oldCA.CertFile(), clientCAFile)
 	logs := &logRecorder{}
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: clientCAFile}, slog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: clientCAFile}, slog.New(logs))
 	addr := serve(t, srv)
 
 	oldCert, oldKey := oldCA.Issue(t, "old-client")
-	oldClient, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: oldCA.CertFile(), CertFile: oldCert, KeyFile: oldKey}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	oldClient := mustClientConfig(t, tlsx.ClientOptions{CAFile: oldCA.CertFile(), CertFile: oldCert, KeyFile: oldKey})
 	newCADir := t.TempDir()
 	newCA := tlstest.NewCA(t, newCADir)
 	newCert, newKey := newCA.Issue(t, "new-client")
-	newClient, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: oldCA.CertFile(), CertFile: newCert, KeyFile: newKey}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	newClient := mustClientConfig(t, tlsx.ClientOptions{CAFile: oldCA.CertFile(), CertFile: newCert, KeyFile: newKey})
 
 	mustDial(t, addr, oldClient)
 	if _, err := dial(t, addr, newClient); err == nil {
@@ -432,15 +390,9 @@ func TestConcurrentHandshakesDuringRotation(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
 	certFile, keyFile := ca.Issue(t, "server", "127.0.0.1")
-	srv, err := tlsx.ServerConfig(tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := mustServerConfig(t, tlsx.ServerOptions{CertFile: certFile, KeyFile: keyFile}, nil)
 	addr := serve(t, srv)
-	cli, err := tlsx.ClientConfig(tlsx.ClientOptions{CAFile: ca.CertFile()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := mustClientConfig(t, tlsx.ClientOptions{CAFile: ca.CertFile()})
 
 	issued := map[string]bool{serialOf(t, certFile).String(): true}
 	type outcome struct {
