@@ -73,25 +73,34 @@ func droppedLine(id string, d time.Duration) string {
 	return "the gateway stopped routing to " + id + " " + ms(d) + " after the fault"
 }
 
-// killUnderLoad is the pylon-kill and engine-kill scenarios: kill -9 victim under load.
-func killUnderLoad(ctx context.Context, e *env, f *Fleet, c *Client, victim string) ScenarioResult {
-	var r ScenarioResult
+// backendFault runs a fault on the first backend under load: inject starts it, then the
+// gateway is watched for watch to see when it stops routing to that backend, while rest
+// runs the remainder of the fault and the load after it. The run is judged as a fault on
+// one backend among healthy ones.
+func backendFault(ctx context.Context, e *env, f *Fleet, c *Client, watch time.Duration, inject func() error, rest func(ctx context.Context) error, measured string) ScenarioResult {
 	var dropped <-chan time.Duration
 	stats, err := underLoad(ctx, e, c, func(ctx context.Context) (time.Time, error) {
 		at := time.Now()
-		if err := f.Kill(victim); err != nil {
+		if err := inject(); err != nil {
 			return at, err
 		}
-		dropped = watchRoutable(ctx, f, BackendID(0), at, e.sz.post)
-		return at, sleep(ctx, e.sz.post)
+		dropped = watchRoutable(ctx, f, BackendID(0), at, watch)
+		return at, rest(ctx)
 	})
-	r.Load, r.Err = stats, err
-	r.Measured = append(r.Measured, fmt.Sprintf("kill -9 %s after %v of load from %d workers; the load went on %v", victim, e.sz.pre, e.sz.workers, e.sz.post))
+	r := ScenarioResult{Load: stats, Err: err, Measured: []string{measured}}
 	if dropped != nil {
 		r.Measured = append(r.Measured, droppedLine(BackendID(0), <-dropped))
 	}
 	r.Checks = []Check{FailureCheck(stats, MaxFailedWithHealthyBackend), WindowCheck(stats, MaxErrorWindow)}
 	return r
+}
+
+// killUnderLoad is the pylon-kill and engine-kill scenarios: kill -9 victim under load.
+func killUnderLoad(ctx context.Context, e *env, f *Fleet, c *Client, victim string) ScenarioResult {
+	return backendFault(ctx, e, f, c, e.sz.post,
+		func() error { return f.Kill(victim) },
+		func(ctx context.Context) error { return sleep(ctx, e.sz.post) },
+		fmt.Sprintf("kill -9 %s after %v of load from %d workers; the load went on %v", victim, e.sz.pre, e.sz.workers, e.sz.post))
 }
 
 func runPylonKill(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioResult {
@@ -103,31 +112,20 @@ func runEngineKill(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioRes
 }
 
 func runPylonFreeze(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioResult {
-	var r ScenarioResult
-	var dropped <-chan time.Duration
 	victim := PylonName(0)
-	stats, err := underLoad(ctx, e, c, func(ctx context.Context) (time.Time, error) {
-		at := time.Now()
-		if err := f.Signal(victim, syscall.SIGSTOP); err != nil {
-			return at, err
-		}
-		dropped = watchRoutable(ctx, f, BackendID(0), at, e.sz.freeze)
-		err := sleep(ctx, e.sz.freeze)
-		if cerr := f.Signal(victim, syscall.SIGCONT); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = sleep(ctx, e.sz.post)
-		}
-		return at, err
-	})
-	r.Load, r.Err = stats, err
-	r.Measured = append(r.Measured, fmt.Sprintf("SIGSTOP %s for %v after %v of load, SIGCONT, then %v more load", victim, e.sz.freeze, e.sz.pre, e.sz.post))
-	if dropped != nil {
-		r.Measured = append(r.Measured, droppedLine(BackendID(0), <-dropped))
-	}
-	r.Checks = []Check{FailureCheck(stats, MaxFailedWithHealthyBackend), WindowCheck(stats, MaxErrorWindow)}
-	return r
+	return backendFault(ctx, e, f, c, e.sz.freeze,
+		func() error { return f.Signal(victim, syscall.SIGSTOP) },
+		func(ctx context.Context) error {
+			err := sleep(ctx, e.sz.freeze)
+			if cerr := f.Signal(victim, syscall.SIGCONT); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = sleep(ctx, e.sz.post)
+			}
+			return err
+		},
+		fmt.Sprintf("SIGSTOP %s for %v after %v of load, SIGCONT, then %v more load", victim, e.sz.freeze, e.sz.pre, e.sz.post))
 }
 
 func runGatewayRestart(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioResult {
