@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
@@ -15,32 +14,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/internal/testkit/rawhttp"
 )
 
-// hygieneMarker stands for request bytes that must never come back in an answer.
-const hygieneMarker = "EVIL<script>"
-
-// rawRequest writes one raw request to the gateway on a new connection and reads the
-// answer.
-func (h *harness) rawRequest(req string) *fasthttp.Response {
-	h.t.Helper()
-	conn, err := h.gwLn.Dial()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte(req)); err != nil {
-		h.t.Fatal(err)
-	}
-	resp := &fasthttp.Response{}
-	if err := resp.Read(bufio.NewReader(conn)); err != nil {
-		h.t.Fatalf("reading the answer to %.60q: %v", req, err)
-	}
-	return resp
-}
-
 // checkJSONError asserts an OpenAI-style JSON error with the given status and code whose
-// body does not contain hygieneMarker, and returns its message.
+// body does not contain rawhttp.Marker, and returns its message.
 func checkJSONError(t *testing.T, name string, status int, contentType string, body []byte, code string) string {
 	t.Helper()
 	var e struct {
@@ -54,7 +32,7 @@ func checkJSONError(t *testing.T, name string, status int, contentType string, b
 	if status != 0 && (e.Error.Code != code || contentType != "application/json") {
 		t.Errorf("%s: %d %s code %q, want application/json code %q", name, status, contentType, e.Error.Code, code)
 	}
-	if strings.Contains(string(body), hygieneMarker) {
+	if strings.Contains(string(body), rawhttp.Marker) {
 		t.Errorf("%s: the body echoes the request: %.200q", name, body)
 	}
 	return e.Error.Message
@@ -66,23 +44,22 @@ func checkJSONError(t *testing.T, name string, status int, contentType string, b
 func TestGatewayUnreadableRequestsGetFixedErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{MaxReplayBodyBytes: 1024}, "")
-		big := strings.Repeat("a", 100<<10)
 		for _, tc := range []struct {
 			name, req string
 			status    int
 			code, msg string
 		}{
-			{"100 KB header", "GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Big: " + hygieneMarker + big + "\r\n\r\n", 431, "request_header_too_large", "request headers are too large"},
-			{"100 KB request line", "GET /" + hygieneMarker + big + " HTTP/1.1\r\nHost: gw\r\n\r\n", 431, "request_header_too_large", "request headers are too large"},
-			{"request line without spaces", hygieneMarker + "\r\nHost: gw\r\n\r\n", 400, "invalid_request", "bad request: malformed HTTP request"},
-			{"header line without a colon", "GET /healthz HTTP/1.1\r\nHost: gw\r\n" + hygieneMarker + "\r\n\r\n", 400, "invalid_request", "bad request: malformed HTTP request"},
-			{"content length not a number", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + hygieneMarker + "\r\n\r\n", 400, "invalid_request", "bad request: malformed HTTP request"},
+			{"100 KB header", rawhttp.HugeHeader("gw", "/healthz"), 431, "request_header_too_large", "request headers are too large"},
+			{"100 KB request line", rawhttp.HugeRequestLine("gw"), 431, "request_header_too_large", "request headers are too large"},
+			{"request line without spaces", rawhttp.LineWithoutSpaces("gw"), 400, "invalid_request", "bad request: malformed HTTP request"},
+			{"header line without a colon", rawhttp.HeaderWithoutColon("gw", "/healthz"), 400, "invalid_request", "bad request: malformed HTTP request"},
+			{"content length not a number", rawhttp.BadContentLength("gw", "/v1/chat/completions"), 400, "invalid_request", "bad request: malformed HTTP request"},
 			{
-				"body over the replay limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2048\r\n\r\n" + strings.Repeat("x", 2048),
+				"body over the replay limit", rawhttp.LongBody("gw", "/v1/chat/completions", 2048),
 				413, "request_too_large", "request body too large: the body exceeds the replay limit of 1024 bytes",
 			},
 		} {
-			resp := h.rawRequest(tc.req)
+			resp := rawhttp.Send(t, h.gwLn.Dial, tc.req)
 			if resp.StatusCode() != tc.status {
 				t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode(), tc.status)
 			}
@@ -98,7 +75,7 @@ func TestGatewayQuotesHeaderValuesShortly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, "")
 		for _, tc := range []struct{ name, value, quoted string }{
-			{"x-priority", "1" + strings.Repeat("2", 3000) + hygieneMarker, `"1` + strings.Repeat("2", 63) + `"...`},
+			{"x-priority", "1" + strings.Repeat("2", 3000) + rawhttp.Marker, `"1` + strings.Repeat("2", 63) + `"...`},
 			{"x-max-wait-ms", "-1", `"-1"`},
 			{gateway.DefaultRetryBudgetHeader, "a" + strings.Repeat("ü", 40), `"a` + strings.Repeat("ü", 31) + `"...`}, // cut on a rune boundary
 		} {
@@ -263,7 +240,7 @@ func TestForgedHeaderTableIsComplete(t *testing.T) {
 // A refused x-routing-method names the value and the model quoted and cut to 64 bytes (a
 // body's model may be megabytes long).
 func TestGatewayRoutingMethodErrorsQuoteShortly(t *testing.T) {
-	long := strings.Repeat("z", 3000) + hygieneMarker
+	long := strings.Repeat("z", 3000) + rawhttp.Marker
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
 		for _, tc := range []struct {
@@ -277,7 +254,7 @@ func TestGatewayRoutingMethodErrorsQuoteShortly(t *testing.T) {
 			if resp.status != 400 {
 				t.Errorf("%s: status %d, want 400 (%.200s)", tc.name, resp.status, resp.body)
 			}
-			if strings.Contains(resp.body, hygieneMarker) || len(resp.body) > 1024 {
+			if strings.Contains(resp.body, rawhttp.Marker) || len(resp.body) > 1024 {
 				t.Errorf("%s: the 400 echoes the client's value (%d bytes)", tc.name, len(resp.body))
 				continue
 			}

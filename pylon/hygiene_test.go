@@ -1,7 +1,6 @@
 package pylon_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,32 +9,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/internal/testkit/rawhttp"
 	"github.com/switchyard/switchyard/pylon"
 )
 
-// hygieneMarker stands for request bytes that must never come back in an answer.
-const hygieneMarker = "EVIL<script>"
-
-// rawRequest writes one raw request to the pylon on a new connection and reads the answer.
-func (h *hermetic) rawRequest(req string) *fasthttp.Response {
-	h.t.Helper()
-	conn, err := h.lns["pylon"].Dial()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte(req)); err != nil {
-		h.t.Fatal(err)
-	}
-	resp := &fasthttp.Response{}
-	if err := resp.Read(bufio.NewReader(conn)); err != nil {
-		h.t.Fatalf("reading the answer to %.60q: %v", req, err)
-	}
-	return resp
-}
-
 // checkProblem asserts a problem+json answer with the given status whose body does not
-// contain hygieneMarker, and returns its detail.
+// contain rawhttp.Marker, and returns its detail.
 func checkProblem(t *testing.T, name string, resp *fasthttp.Response, status int) string {
 	t.Helper()
 	var p struct {
@@ -48,7 +27,7 @@ func checkProblem(t *testing.T, name string, resp *fasthttp.Response, status int
 	if resp.StatusCode() != status || string(resp.Header.ContentType()) != "application/problem+json" {
 		t.Errorf("%s: %d %s, want %d application/problem+json", name, resp.StatusCode(), resp.Header.ContentType(), status)
 	}
-	if strings.Contains(string(resp.Body()), hygieneMarker) {
+	if strings.Contains(string(resp.Body()), rawhttp.Marker) {
 		t.Errorf("%s: the body echoes the request: %.200q", name, resp.Body())
 	}
 	return p.Detail
@@ -63,20 +42,19 @@ func TestUnreadableRequestsGetFixedProblems(t *testing.T) {
 		cfg.MaxRequestBodyBytes = 1024
 		h := newHermetic(t, cfg, mock.Config{NumTokens: 1})
 		defer h.close()
-		big := strings.Repeat("a", 100<<10)
 		for _, tc := range []struct {
 			name, req string
 			status    int
 			detail    string
 		}{
-			{"100 KB header", "GET /health HTTP/1.1\r\nHost: pylon\r\nX-Big: " + hygieneMarker + big + "\r\n\r\n", 431, "request headers are too large"},
-			{"100 KB request line", "GET /" + hygieneMarker + big + " HTTP/1.1\r\nHost: pylon\r\n\r\n", 431, "request headers are too large"},
-			{"request line without spaces", hygieneMarker + "\r\nHost: pylon\r\n\r\n", 400, "malformed HTTP request"},
-			{"header line without a colon", "GET /health HTTP/1.1\r\nHost: pylon\r\n" + hygieneMarker + "\r\n\r\n", 400, "malformed HTTP request"},
-			{"content length not a number", "POST /v1/chat/completions HTTP/1.1\r\nHost: pylon\r\nContent-Length: " + hygieneMarker + "\r\n\r\n", 400, "malformed HTTP request"},
-			{"body over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: pylon\r\nContent-Length: 2048\r\n\r\n" + strings.Repeat("x", 2048), 413, "request body exceeds the limit of 1024 bytes"},
+			{"100 KB header", rawhttp.HugeHeader("pylon", "/health"), 431, "request headers are too large"},
+			{"100 KB request line", rawhttp.HugeRequestLine("pylon"), 431, "request headers are too large"},
+			{"request line without spaces", rawhttp.LineWithoutSpaces("pylon"), 400, "malformed HTTP request"},
+			{"header line without a colon", rawhttp.HeaderWithoutColon("pylon", "/health"), 400, "malformed HTTP request"},
+			{"content length not a number", rawhttp.BadContentLength("pylon", "/v1/chat/completions"), 400, "malformed HTTP request"},
+			{"body over the limit", rawhttp.LongBody("pylon", "/v1/chat/completions", 2048), 413, "request body exceeds the limit of 1024 bytes"},
 		} {
-			if got := checkProblem(t, tc.name, h.rawRequest(tc.req), tc.status); got != tc.detail {
+			if got := checkProblem(t, tc.name, rawhttp.Send(t, h.lns["pylon"].Dial, tc.req), tc.status); got != tc.detail {
 				t.Errorf("%s: detail %q, want %q", tc.name, got, tc.detail)
 			}
 		}
@@ -91,7 +69,7 @@ func TestUnknownModelQuotedShortly(t *testing.T) {
 		h := newHermetic(t, cfg, mock.Config{NumTokens: 1})
 		defer h.close()
 		for _, tc := range []struct{ model, quoted string }{
-			{strings.Repeat("m", 3000) + hygieneMarker, `"` + strings.Repeat("m", 64) + `"...`},
+			{strings.Repeat("m", 3000) + rawhttp.Marker, `"` + strings.Repeat("m", 64) + `"...`},
 			{`gpt-"9"`, `"gpt-\"9\""`},
 		} {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()

@@ -1,7 +1,6 @@
 package mock_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -11,31 +10,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/internal/testkit/rawhttp"
 )
 
-// marker stands for request bytes that must never come back in an error body.
-const marker = "EVIL<script>"
-
-// raw writes one raw request on a new connection and reads the answer.
-func (h *harness) raw(req string) *fasthttp.Response {
-	h.t.Helper()
-	conn, err := h.ln.Dial()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte(req)); err != nil {
-		h.t.Fatal(err)
-	}
-	resp := &fasthttp.Response{}
-	if err := resp.Read(bufio.NewReader(conn)); err != nil {
-		h.t.Fatalf("reading the answer to %.60q: %v", req, err)
-	}
-	return resp
-}
-
 // checkErrorBody asserts an OpenAI-style JSON error with the given status and code whose
-// body does not contain marker.
+// body does not contain rawhttp.Marker.
 func checkErrorBody(t *testing.T, name string, resp *fasthttp.Response, status int, code string) {
 	t.Helper()
 	var body errBody
@@ -45,7 +24,7 @@ func checkErrorBody(t *testing.T, name string, resp *fasthttp.Response, status i
 	if resp.StatusCode() != status || body.Error.Code != code || string(resp.Header.ContentType()) != "application/json" {
 		t.Errorf("%s: %d %s code %q, want %d application/json code %q", name, resp.StatusCode(), resp.Header.ContentType(), body.Error.Code, status, code)
 	}
-	if strings.Contains(string(resp.Body()), marker) {
+	if strings.Contains(string(resp.Body()), rawhttp.Marker) {
 		t.Errorf("%s: the body echoes the request: %.200q", name, resp.Body())
 	}
 }
@@ -56,22 +35,21 @@ func TestUnreadableRequestsGetFixedJSONErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, mock.Config{MaxRequestBodyBytes: 4096})
 		defer h.stop()
-		big := strings.Repeat("a", 100<<10)
 		for _, tc := range []struct {
 			name, req string
 			status    int
 			code      string
 		}{
-			{"100 KB header", "GET /health HTTP/1.1\r\nHost: e\r\nX-Big: " + marker + big + "\r\n\r\n", 431, "request_header_too_large"},
-			{"100 KB request line", "GET /" + marker + big + " HTTP/1.1\r\nHost: e\r\n\r\n", 431, "request_header_too_large"},
-			{"request line without spaces", marker + "\r\nHost: e\r\n\r\n", 400, "bad_request"},
-			{"header line without a colon", "GET /health HTTP/1.1\r\nHost: e\r\n" + marker + "\r\n\r\n", 400, "bad_request"},
-			{"content length not a number", "POST /v1/chat/completions HTTP/1.1\r\nHost: e\r\nContent-Length: " + marker + "\r\n\r\n", 400, "bad_request"},
+			{"100 KB header", rawhttp.HugeHeader("e", "/health"), 431, "request_header_too_large"},
+			{"100 KB request line", rawhttp.HugeRequestLine("e"), 431, "request_header_too_large"},
+			{"request line without spaces", rawhttp.LineWithoutSpaces("e"), 400, "bad_request"},
+			{"header line without a colon", rawhttp.HeaderWithoutColon("e", "/health"), 400, "bad_request"},
+			{"content length not a number", rawhttp.BadContentLength("e", "/v1/chat/completions"), 400, "bad_request"},
 			// Over the hard cap fasthttp refuses the body itself (below it the handler
 			// answers 413, see TestBadInputIsAnsweredWithOpenAIErrors).
 			{"body over the hard cap", "POST /v1/chat/completions HTTP/1.1\r\nHost: e\r\nContent-Length: 100000000\r\n\r\n{}", 413, "request_too_large"},
 		} {
-			checkErrorBody(t, tc.name, h.raw(tc.req), tc.status, tc.code)
+			checkErrorBody(t, tc.name, rawhttp.Send(t, h.ln.Dial, tc.req), tc.status, tc.code)
 		}
 	})
 }
@@ -82,7 +60,7 @@ func TestErrorsQuoteClientValuesShortly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, fastCfg)
 		defer h.stop()
-		long := strings.Repeat("x", 200) + marker
+		long := strings.Repeat("x", 200) + rawhttp.Marker
 		for _, tc := range []struct {
 			name   string
 			c      call
