@@ -238,10 +238,7 @@ func (p *Pylon) servedChecked(served []servedModel, err error) {
 	}
 	now := p.eng.isServed
 	p.eng.mu.Unlock()
-	ids := make([]string, 0, len(served))
-	for _, s := range served {
-		ids = append(ids, s.ID)
-	}
+	ids := servedIDs(served)
 	for _, m := range p.cfg.ModelNames {
 		ok := now[m]
 		v := 0.0
@@ -294,11 +291,16 @@ func (p *Pylon) fetchServedModels() ([]servedModel, error) {
 func (p *Pylon) servedNames() string {
 	p.eng.mu.Lock()
 	defer p.eng.mu.Unlock()
-	ids := make([]string, 0, len(p.eng.served))
-	for _, s := range p.eng.served {
+	return strings.Join(servedIDs(p.eng.served), ", ")
+}
+
+// servedIDs is the names of a GET /v1/models answer, in its order.
+func servedIDs(served []servedModel) []string {
+	ids := make([]string, 0, len(served))
+	for _, s := range served {
 		ids = append(ids, s.ID)
 	}
-	return strings.Join(ids, ", ")
+	return ids
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -337,9 +339,7 @@ func (p *Pylon) serveEngineDebug(ctx *fasthttp.RequestCtx) {
 		s := p.eng.poller.Status()
 		d.Scraper = &s
 	}
-	for _, s := range p.eng.served {
-		d.ServedModels = append(d.ServedModels, s.ID)
-	}
+	d.ServedModels = servedIDs(p.eng.served) // empty: left out, as omitempty drops an empty slice
 	d.ServedError, d.Unmatched = p.eng.servedErr, slices.Clone(p.eng.unmatched)
 	d.Models = map[string]modelDebug{}
 	for name, e := range *p.models.Load() {
