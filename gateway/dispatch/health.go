@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/switchyard/switchyard/engines/load"
+	"github.com/switchyard/switchyard/gateway/lb"
 )
 
 // capEjections decides which ejected backends stay out of the candidates (backendState.out):
@@ -24,10 +25,7 @@ func (s *Scheduler) capEjections() {
 			ejected = append(ejected, b)
 		}
 	}
-	allowed := len(ejected)
-	if pct := s.deps.MaxEjectionPercent; pct > 0 && pct < 100 {
-		allowed = min(allowed, max(1, routable*pct/100))
-	}
+	allowed := lb.EjectionAllowance(len(ejected), routable, s.deps.MaxEjectionPercent)
 	if allowed < len(ejected) {
 		// s.order is sorted by (cluster, id): a stable sort by ejection time keeps ties in
 		// that order.
