@@ -43,8 +43,8 @@ func (s *Scheduler) capEjections() {
 func (s *Scheduler) medianTPS() float64 {
 	vals := s.tpsScratch[:0]
 	for _, b := range s.backends {
-		if b.view.Active && load.ValidTPS(b.view.Load.InputTPS) {
-			vals = append(vals, b.view.Load.InputTPS)
+		if b.view.Active {
+			vals = append(vals, b.view.Load.InputTPS) // MedianTPS skips the invalid ones
 		}
 	}
 	s.tpsScratch = vals
