@@ -27,13 +27,6 @@ const (
 	mEngineMetricsMatched = "engine_metrics_model_matched"
 )
 
-// How a pylon model found its figures in a scrape of the engine's metrics.
-const (
-	matchExact = "exact" // the engine's model_name is the model's name
-	matchAlias = "alias" // the engine serves both names for one model (GET /v1/models: same root or parent)
-	matchOnly  = "only"  // the engine reports one model (or none by name) and so every model is it
-)
-
 // Served-model check timing: retried while the engine is still loading, then re-checked
 // now and then (an engine may be restarted with other names).
 const (
@@ -42,21 +35,12 @@ const (
 	servedCheckTimeout  = 5 * time.Second
 )
 
-// servedModel is one entry of the engine's GET /v1/models. vLLM lists every name of
-// --served-model-name with the model path as root, and LoRA adapters with the base
-// model's name as parent; SGLang lists its one served name.
-type servedModel struct {
-	ID     string `json:"id"`
-	Root   string `json:"root"`
-	Parent string `json:"parent"`
-}
-
 // engineState is what the pylon knows of the engine behind it beyond the data path: the
 // names it serves, which of its metrics' model names each pylon model gets, the metrics
 // scraper and the canaries' last outcomes (for /debug/engine, metrics and logs).
 type engineState struct {
 	mu        sync.Mutex
-	served    []servedModel // the last GET /v1/models answer (nil before one)
+	served    []engine.ServedModel // the last GET /v1/models answer (nil before one)
 	servedErr string
 	isServed  map[string]bool        // configured model → listed under its name
 	matches   map[string]engineMatch // pylon model → where its figures came from
@@ -82,7 +66,7 @@ type canaryStatus struct {
 }
 
 // EngineMetrics implements engine.Sink: every served model gets at most one entry of the
-// scrape (see resolveEngineModel), marked Shared when other backends of the cluster
+// scrape (see engine.MatchModel), marked Shared when other backends of the cluster
 // (--cluster-id differs from --inference-server-id) front the same engine.
 func (p *Pylon) EngineMetrics(byEngine map[string]stats.EngineMetrics) {
 	shared := p.cfg.ClusterID != p.cfg.ID
@@ -95,7 +79,7 @@ func (p *Pylon) EngineMetrics(byEngine map[string]stats.EngineMetrics) {
 		if e.cur.Load() == nil {
 			continue
 		}
-		src, how := resolveEngineModel(name, byEngine, served)
+		src, how := engine.MatchModel(name, byEngine, served)
 		if how == "" {
 			continue
 		}
@@ -112,50 +96,6 @@ func (p *Pylon) EngineMetrics(byEngine map[string]stats.EngineMetrics) {
 		}
 	}
 	p.noteMatches(matches, unmatched)
-}
-
-// resolveEngineModel picks the entry of a scrape that describes the pylon model: the
-// entry of its own name; else one whose name the engine serves for the same model (GET
-// /v1/models: same root, or the model is a LoRA adapter of it); else, when the scrape has
-// a single entry, that one (a pylon fronts one engine, and such an engine serves one
-// model). how is "" when nothing fits.
-func resolveEngineModel(model string, byEngine map[string]stats.EngineMetrics, served []servedModel) (src, how string) {
-	if _, ok := byEngine[model]; ok {
-		return model, matchExact
-	}
-	if served != nil {
-		g := servedGroup(model, served)
-		for _, k := range slices.Sorted(maps.Keys(byEngine)) {
-			if k != "" && servedGroup(k, served) == g {
-				return k, matchAlias
-			}
-		}
-	}
-	if len(byEngine) == 1 {
-		for k := range byEngine {
-			return k, matchOnly
-		}
-	}
-	return "", ""
-}
-
-// servedGroup names the engine model behind a served name: names with the same root are
-// one model, and a LoRA adapter belongs to its parent's model.
-func servedGroup(name string, served []servedModel) string {
-	for range 2 { // the parent is a served name itself; one level is all there is
-		i := slices.IndexFunc(served, func(s servedModel) bool { return s.ID == name })
-		switch {
-		case i < 0:
-			return "name:" + name
-		case served[i].Parent != "" && served[i].Parent != name:
-			name = served[i].Parent
-		case served[i].Root != "":
-			return "root:" + served[i].Root
-		default:
-			return "name:" + name
-		}
-	}
-	return "name:" + name
 }
 
 // noteMatches records a scrape's matches: the matched gauge of every model, a log line
@@ -183,7 +123,7 @@ func (p *Pylon) noteMatches(matches map[string]engineMatch, unmatched []string) 
 		}
 		p.metrics.gauge(mEngineMetricsMatched + `{model="` + escape(name) + `"}`).Set(v)
 		if ok && prev[name] != m {
-			if m.Match == matchOnly && m.EngineModel != "" && m.EngineModel != name {
+			if m.Match == engine.MatchOnly && m.EngineModel != "" && m.EngineModel != name {
 				p.log.Warn("engine_metrics_under_another_model_name", "model", name, "engine_model", m.EngineModel,
 					"hint", "the engine reports this model under another name; its figures are used as the engine has no other model")
 			} else {
@@ -223,7 +163,7 @@ func (p *Pylon) watchServedModels(ctx context.Context) {
 }
 
 // servedChecked records a GET /v1/models outcome and reports changes.
-func (p *Pylon) servedChecked(served []servedModel, err error) {
+func (p *Pylon) servedChecked(served []engine.ServedModel, err error) {
 	p.eng.mu.Lock()
 	if err != nil {
 		p.eng.servedErr = err.Error()
@@ -234,7 +174,7 @@ func (p *Pylon) servedChecked(served []servedModel, err error) {
 	prev := p.eng.isServed
 	p.eng.isServed = map[string]bool{}
 	for _, m := range p.cfg.ModelNames {
-		p.eng.isServed[m] = slices.ContainsFunc(served, func(s servedModel) bool { return s.ID == m })
+		p.eng.isServed[m] = slices.ContainsFunc(served, func(s engine.ServedModel) bool { return s.ID == m })
 	}
 	now := p.eng.isServed
 	p.eng.mu.Unlock()
@@ -260,7 +200,7 @@ func (p *Pylon) servedChecked(served []servedModel, err error) {
 }
 
 // fetchServedModels is one GET /v1/models.
-func (p *Pylon) fetchServedModels() ([]servedModel, error) {
+func (p *Pylon) fetchServedModels() ([]engine.ServedModel, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -273,12 +213,12 @@ func (p *Pylon) fetchServedModels() ([]servedModel, error) {
 		return nil, fmt.Errorf("GET /v1/models: status %d", resp.StatusCode())
 	}
 	var l struct {
-		Data []servedModel `json:"data"`
+		Data []engine.ServedModel `json:"data"`
 	}
 	if err := json.Unmarshal(resp.Body(), &l); err != nil {
 		return nil, fmt.Errorf("GET /v1/models: %w", err)
 	}
-	out := make([]servedModel, 0, len(l.Data))
+	out := make([]engine.ServedModel, 0, len(l.Data))
 	for _, m := range l.Data {
 		if m.ID != "" {
 			out = append(out, m)
@@ -295,7 +235,7 @@ func (p *Pylon) servedNames() string {
 }
 
 // servedIDs is the names of a GET /v1/models answer, in its order.
-func servedIDs(served []servedModel) []string {
+func servedIDs(served []engine.ServedModel) []string {
 	ids := make([]string, 0, len(served))
 	for _, s := range served {
 		ids = append(ids, s.ID)
