@@ -184,9 +184,8 @@ func (a *backendActor) readmit(now time.Time, why string) {
 	if !h.ejected {
 		return
 	}
-	h.ejected = false
+	a.leave()
 	h.consecutive = max(a.fleet.deps.Outlier.ConsecutiveFailures-1, 0)
-	a.fleet.ejected.Add(-1)
 	a.fleet.deps.Logger.Info("backend readmitted", "backend", a.b.ID, "after", now.Sub(h.at).String(), "why", why)
 	a.notifyAll()
 }
@@ -199,15 +198,15 @@ func (a *backendActor) checkEjection(now time.Time) {
 		return
 	}
 	if h.probeFailing {
-		a.fleet.ejected.Add(-1)
-		h.ejected = false
+		a.leave()
 		a.eject(FailProbe, now)
 		return
 	}
 	a.readmit(now, "ejection_over")
 }
 
-// leave forgets the backend's ejection when the backend goes away.
+// leave ends the backend's ejection, if any, in its state and the fleet's count (when it
+// is readmitted, ejected again or goes away).
 func (a *backendActor) leave() {
 	if a.health.ejected {
 		a.health.ejected = false
