@@ -148,14 +148,17 @@ func (d *Directory) entryLocked(t Target) *entry {
 }
 
 // grace is the configured collection grace (a negative one means at once).
-func (d *Directory) grace() time.Duration {
+func (d *Directory) grace() time.Duration { return orDefault(d.deps.CollectGrace, DefaultCollectGrace) }
+
+// orDefault is a setting where 0 asks for def and a negative value for 0.
+func orDefault[T ~int | ~int64](v, def T) T {
 	switch {
-	case d.deps.CollectGrace == 0:
-		return DefaultCollectGrace
-	case d.deps.CollectGrace < 0:
+	case v == 0:
+		return def
+	case v < 0:
 		return 0
 	default:
-		return d.deps.CollectGrace
+		return v
 	}
 }
 
@@ -178,16 +181,7 @@ func (d *Directory) armLocked(since time.Time) {
 const sweepBatch = 512
 
 // releaseAfter is the configured release threshold (0: never).
-func (d *Directory) releaseAfter() int {
-	switch {
-	case d.deps.ReleaseAfter == 0:
-		return DefaultReleaseAfter
-	case d.deps.ReleaseAfter < 0:
-		return 0
-	default:
-		return d.deps.ReleaseAfter
-	}
-}
+func (d *Directory) releaseAfter() int { return orDefault(d.deps.ReleaseAfter, DefaultReleaseAfter) }
 
 // sweep forgets every target whose grace has ended without a backend attaching, then tells
 // their schedulers (outside the lock: a scheduler may run on this goroutine).
