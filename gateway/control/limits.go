@@ -77,29 +77,26 @@ func DefaultLimits() Limits {
 // withDefaults fills the zero fields of l.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	orInt := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	orU64 := func(v *uint64, def uint64) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	orInt(&l.MaxModels, d.MaxModels)
-	orU64(&l.MinHeartbeatMs, d.MinHeartbeatMs)
-	orU64(&l.MaxHeartbeatMs, d.MaxHeartbeatMs)
-	orU64(&l.MaxEngineConcurrency, d.MaxEngineConcurrency)
-	orU64(&l.MaxEstimateMs, d.MaxEstimateMs)
-	orInt(&l.MaxEstimates, d.MaxEstimates)
-	orInt(&l.MaxIDBytes, d.MaxIDBytes)
-	orInt(&l.MaxModelBytes, d.MaxModelBytes)
-	orInt(&l.MaxURLBytes, d.MaxURLBytes)
-	orInt(&l.MaxListEntries, d.MaxListEntries)
-	orInt(&l.MaxListEntryBytes, d.MaxListEntryBytes)
-	orInt(&l.MaxBodyBytes, d.MaxBodyBytes)
+	orDefault(&l.MaxModels, d.MaxModels)
+	orDefault(&l.MinHeartbeatMs, d.MinHeartbeatMs)
+	orDefault(&l.MaxHeartbeatMs, d.MaxHeartbeatMs)
+	orDefault(&l.MaxEngineConcurrency, d.MaxEngineConcurrency)
+	orDefault(&l.MaxEstimateMs, d.MaxEstimateMs)
+	orDefault(&l.MaxEstimates, d.MaxEstimates)
+	orDefault(&l.MaxIDBytes, d.MaxIDBytes)
+	orDefault(&l.MaxModelBytes, d.MaxModelBytes)
+	orDefault(&l.MaxURLBytes, d.MaxURLBytes)
+	orDefault(&l.MaxListEntries, d.MaxListEntries)
+	orDefault(&l.MaxListEntryBytes, d.MaxListEntryBytes)
+	orDefault(&l.MaxBodyBytes, d.MaxBodyBytes)
 	return l
+}
+
+// orDefault sets *v to def when it is 0 or negative.
+func orDefault[T int | uint64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // ParseRegistration decodes and validates a registration body for backend id pathID: JSON
