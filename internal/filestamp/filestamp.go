@@ -1,5 +1,6 @@
 // Package filestamp tells whether a file on disk changed, cheaply enough to check on every
-// use: one os.Stat, compared by modification time, size and inode.
+// use: one os.Stat, compared by modification time, size and inode. Watched builds on it to
+// keep a value loaded from files and load it again when they change.
 package filestamp
 
 import "os"

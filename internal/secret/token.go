@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unicode"
 
 	"github.com/switchyard/switchyard/internal/filestamp"
@@ -38,19 +36,12 @@ var bearer = []byte("Bearer ")
 // by pointing a symlink at a new directory, shows up as a new inode even when time and
 // size are the same. A Token is safe for concurrent use. A nil *Token is not configured.
 type Token struct {
-	file string // empty for a literal token
-	log  *slog.Logger
-
-	cur atomic.Pointer[version] // nil when not configured
-
-	mu         sync.Mutex      // serialises reloads and guards the fields below
-	failed     filestamp.Stamp // the file's state when the last reload failed
-	failedSeen bool            // failed is set
+	literal *version                     // a literal token
+	file    *filestamp.Watched[*version] // a token file
 }
 
-// version is one value of the token and the state of the file it was read from.
+// version is one value of the token.
 type version struct {
-	stamp filestamp.Stamp
 	value string
 	raw   []byte // value as bytes, for comparing without converting per request
 }
@@ -65,7 +56,7 @@ func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &Token{file: file, log: log}
+	t := &Token{}
 	switch {
 	case literal != "" && file != "":
 		return nil, fmt.Errorf("%s and %s are both set; use one", flagLiteral, flagFile)
@@ -74,24 +65,39 @@ func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flagLiteral, err)
 		}
-		t.cur.Store(newVersion(filestamp.Stamp{}, value))
+		t.literal = newVersion(value)
 	case file != "":
-		st := filestamp.Of(file) // before reading: if the file changes meanwhile, the next use reads it again
-		value, err := readToken(file)
+		w, err := filestamp.Watch(file, "", func() (*version, error) {
+			value, err := readToken(file)
+			if err != nil {
+				return nil, err
+			}
+			return newVersion(value), nil
+		}, filestamp.Hooks[*version]{
+			Failed: func(err error) {
+				log.Warn("control token file changed but holds no usable token; still using the previous token",
+					"file", file, "err", err)
+			},
+			Reloaded: func(prev, next *version) {
+				if next.value != prev.value {
+					log.Info("control token reloaded", "file", file)
+				}
+			},
+		})
 		if err != nil {
 			return nil, err
 		}
-		t.cur.Store(newVersion(st, value))
+		t.file = w
 	}
 	return t, nil
 }
 
-func newVersion(st filestamp.Stamp, value string) *version {
-	return &version{stamp: st, value: value, raw: []byte(value)}
+func newVersion(value string) *version {
+	return &version{value: value, raw: []byte(value)}
 }
 
 // Configured reports whether a token was given.
-func (t *Token) Configured() bool { return t != nil && t.cur.Load() != nil }
+func (t *Token) Configured() bool { return t != nil && (t.literal != nil || t.file != nil) }
 
 // Value returns the current token, re-reading the file first if it changed; "" when not
 // configured.
@@ -120,38 +126,14 @@ func (t *Token) Check(authorization []byte) bool {
 
 // current returns the token's current version, nil when not configured.
 func (t *Token) current() *version {
-	if t == nil {
+	switch {
+	case t == nil:
 		return nil
+	case t.file != nil:
+		return t.file.Get()
+	default:
+		return t.literal
 	}
-	cur := t.cur.Load()
-	if cur == nil || t.file == "" {
-		return cur
-	}
-	if filestamp.Of(t.file) == cur.stamp {
-		return cur
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	// Look again under the lock: another caller may have reloaded already.
-	cur = t.cur.Load()
-	st := filestamp.Of(t.file)
-	if st == cur.stamp || (t.failedSeen && st == t.failed) {
-		return cur
-	}
-	value, err := readToken(t.file)
-	if err != nil {
-		t.failed, t.failedSeen = st, true
-		t.log.Warn("control token file changed but holds no usable token; still using the previous token",
-			"file", t.file, "err", err)
-		return cur
-	}
-	t.failedSeen = false
-	next := newVersion(st, value)
-	t.cur.Store(next)
-	if value != cur.value {
-		t.log.Info("control token reloaded", "file", t.file)
-	}
-	return next
 }
 
 func readToken(file string) (string, error) {

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+
+	"github.com/switchyard/switchyard/internal/filestamp"
 )
 
 // Flag names used in error messages, so the operator knows which setting to fix.
@@ -55,7 +57,7 @@ func ServerConfig(o ServerOptions, log *slog.Logger) (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return pair.get(), nil
+			return pair.Get(), nil
 		},
 	}
 	if o.ClientCAFile == "" {
@@ -78,9 +80,9 @@ func ServerConfig(o ServerOptions, log *slog.Logger) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	outer := perBundle.get().Clone() // also usable as is, should a caller bypass the callback
+	outer := perBundle.Get().Clone() // also usable as is, should a caller bypass the callback
 	outer.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		return perBundle.get(), nil
+		return perBundle.Get(), nil
 	}
 	return outer, nil
 }
@@ -116,14 +118,14 @@ func ClientConfig(o ClientOptions, log *slog.Logger) (*tls.Config, error) {
 		return nil, err
 	}
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		return pair.get(), nil
+		return pair.Get(), nil
 	}
 	return cfg, nil
 }
 
 // watchKeyPair loads a certificate and key pair once, failing with the flag names, and
 // returns it watched for changes.
-func watchKeyPair(what, certFile, keyFile, certFlag, keyFlag string, log *slog.Logger) (*watched[*tls.Certificate], error) {
+func watchKeyPair(what, certFile, keyFile, certFlag, keyFlag string, log *slog.Logger) (*filestamp.Watched[*tls.Certificate], error) {
 	switch {
 	case certFile == "":
 		return nil, fmt.Errorf("%s is set but %s is not: both are needed", keyFlag, certFlag)
