@@ -298,15 +298,11 @@ func (s *soak) inject(ctx context.Context, n int) {
 	var what string
 	var err error
 	switch n % 4 {
-	case 0:
+	case 0, 1:
 		name := PylonName(backend)
-		what = "kill -9 " + name + ", restart after " + soakRestartAfter.String()
-		if err = s.f.Kill(name); err == nil {
-			_ = sleep(ctx, soakRestartAfter)
-			err = s.f.Restart(name)
+		if n%4 == 1 {
+			name = EngineName(backend)
 		}
-	case 1:
-		name := EngineName(backend)
 		what = "kill -9 " + name + ", restart after " + soakRestartAfter.String()
 		if err = s.f.Kill(name); err == nil {
 			_ = sleep(ctx, soakRestartAfter)
