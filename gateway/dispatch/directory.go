@@ -93,17 +93,6 @@ func (d *Directory) Lookup(t Target) *actor.PID {
 	return nil
 }
 
-// Ensure returns the scheduler of t, spawning it on first use. It does not attach: a
-// target only Ensure made is never collected.
-func (d *Directory) Ensure(t Target) *actor.PID {
-	if pid := d.Lookup(t); pid != nil {
-		return pid
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.entryLocked(t).pid
-}
-
 // Attach returns the scheduler of t (spawning it when needed) for a backend that lists
 // t's model; the target is kept until every Attach is matched by a Detach. Call it once
 // per backend and target.
