@@ -41,6 +41,53 @@ func serve(tb testing.TB, h fasthttp.RequestHandler) string {
 	return ln.Addr().String()
 }
 
+// serialLatencies sends, on each b.Loop iteration, warmup then requests serial
+// non-streamed chat requests to every address of paths over keep-alive connections, and
+// returns each path's latencies from the last iteration without the warmup ones. Every
+// round sends one request on each path, in a rotating order, so drift and bursts of load
+// on the noisy VM hit all paths alike.
+func serialLatencies(b *testing.B, paths []string, requests, warmup int) [][]time.Duration {
+	b.Helper()
+	clients := make([]*fasthttp.HostClient, len(paths))
+	lat := make([][]time.Duration, len(paths))
+	for i, a := range paths {
+		clients[i] = &fasthttp.HostClient{Addr: a}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.Set(control.HeaderModel, benchModel)
+	req.Header.Set(control.HeaderInputTokens, "3")
+	req.Header.Set(control.HeaderRequestID, benchRequestID)
+	req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
+	for b.Loop() {
+		for i := range lat {
+			lat[i] = lat[i][:0]
+		}
+		for k := range requests + warmup {
+			for j := range clients {
+				i := (k + j) % len(clients)
+				req.SetHost(paths[i])
+				start := time.Now()
+				if err := clients[i].Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Fatalf("path %d: %v %d %s", i, err, resp.StatusCode(), resp.Body())
+				}
+				if k >= warmup {
+					lat[i] = append(lat[i], time.Since(start))
+				}
+			}
+		}
+	}
+	return lat
+}
+
 func percentile(d []time.Duration, q float64) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -62,48 +109,11 @@ func BenchmarkAddedLatency(b *testing.B) {
 	proxy, gw := benchFleet(b, upstream, false)
 	ctl := &fasthttp.HostClient{Addr: gw}
 	defer ctl.CloseIdleConnections()
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-
-	paths := []string{upstream, proxy, gw}
-	clients := make([]*fasthttp.HostClient, len(paths))
-	lat := make([][]time.Duration, len(paths))
-	for i, a := range paths {
-		clients[i] = &fasthttp.HostClient{Addr: a}
-	}
-	defer func() {
-		for _, c := range clients {
-			c.CloseIdleConnections()
-		}
-	}()
-	req.Reset()
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/chat/completions")
-	req.Header.Set(control.HeaderModel, benchModel)
-	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, benchRequestID)
-	req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
-	for b.Loop() {
-		for i := range lat {
-			lat[i] = lat[i][:0]
-		}
-		// Every iteration sends one request on each path, in a rotating order, so drift
-		// and bursts of load on the noisy VM hit all paths alike.
-		for k := range requests + warmup {
-			for j := range clients {
-				i := (k + j) % len(clients)
-				req.SetHost(paths[i])
-				start := time.Now()
-				if err := clients[i].Do(req, resp); err != nil || resp.StatusCode() != 200 {
-					b.Fatalf("path %d: %v %d %s", i, err, resp.StatusCode(), resp.Body())
-				}
-				if k >= warmup {
-					lat[i] = append(lat[i], time.Since(start))
-				}
-			}
-		}
-	}
+	lat := serialLatencies(b, []string{upstream, proxy, gw}, requests, warmup)
 	if testing.Verbose() {
-		req.Reset()
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
 		req.SetRequestURI("http://" + gw + "/metrics")
 		if err := ctl.Do(req, resp); err == nil {
 			for _, line := range strings.Split(string(resp.Body()), "\n") {
@@ -113,8 +123,6 @@ func BenchmarkAddedLatency(b *testing.B) {
 			}
 		}
 	}
-	fasthttp.ReleaseRequest(req)
-	fasthttp.ReleaseResponse(resp)
 	direct50, direct99 := percentile(lat[0], 0.5), percentile(lat[0], 0.99)
 	add := func(i int) (time.Duration, time.Duration) {
 		return percentile(lat[i], 0.5) - direct50, percentile(lat[i], 0.99) - direct99

@@ -9,7 +9,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/internal/tlsx/tlstest"
 )
@@ -53,41 +52,7 @@ func BenchmarkTLSHop(b *testing.B) {
 	plain := benchGateway(b, gateway.Config{GatewayID: "plain"}, "http://"+serve(b, pylonLike()))
 	secure := benchGateway(b, gateway.Config{GatewayID: "tls", UpstreamTLS: tlsx.ClientOptions{CAFile: ca.CertFile()}},
 		"https://"+serveTLS(b, pylonLike(), cert, key))
-	paths := []string{plain, secure}
-	clients := []*fasthttp.HostClient{{Addr: plain}, {Addr: secure}}
-	defer func() {
-		for _, c := range clients {
-			c.CloseIdleConnections()
-		}
-	}()
-	lat := make([][]time.Duration, len(paths))
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/chat/completions")
-	req.Header.Set(control.HeaderModel, benchModel)
-	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, benchRequestID)
-	req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
-	for b.Loop() {
-		for i := range lat {
-			lat[i] = lat[i][:0]
-		}
-		for k := range requests + warmup {
-			for j := range clients {
-				i := (k + j) % len(clients)
-				req.SetHost(paths[i])
-				start := time.Now()
-				if err := clients[i].Do(req, resp); err != nil || resp.StatusCode() != 200 {
-					b.Fatalf("path %d: %v %d %s", i, err, resp.StatusCode(), resp.Body())
-				}
-				if k >= warmup {
-					lat[i] = append(lat[i], time.Since(start))
-				}
-			}
-		}
-	}
+	lat := serialLatencies(b, []string{plain, secure}, requests, warmup)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	p50, p99 := percentile(lat[0], 0.5), percentile(lat[0], 0.99)
 	t50, t99 := percentile(lat[1], 0.5), percentile(lat[1], 0.99)
