@@ -40,7 +40,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 	}
 	raw := relay.Raw(c)
 	if l.tls != nil {
-		return &clientConn{Conn: tls.Server(raw, l.tls), socket: raw, tls: true}, nil
+		return &clientConn{Conn: tls.Server(raw, l.tls), socket: raw}, nil
 	}
 	return &clientConn{Conn: raw, socket: raw}, nil
 }
@@ -49,9 +49,14 @@ func (l clientListener) Accept() (net.Conn, error) {
 type clientConn struct {
 	net.Conn
 	socket net.Conn // the TCP connection beneath TLS (Conn itself when plain)
-	tls    bool
 	after  afterResponse
 	stream streamGuard // the event stream being written to this connection (stream.go)
+}
+
+// overTLS reports whether the connection is served inside TLS.
+func (c *clientConn) overTLS() bool {
+	_, ok := c.Conn.(*tls.Conn)
+	return ok
 }
 
 // SyscallConn exposes the socket (clientGone peeks it).

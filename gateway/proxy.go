@@ -512,7 +512,7 @@ func clientGone(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	cc, _ := ctx.Conn().(*clientConn)
-	overTLS := cc != nil && cc.tls
+	overTLS := cc != nil && cc.overTLS()
 	gone := false
 	var b [1]byte
 	_ = rc.Read(func(fd uintptr) bool {
