@@ -3,6 +3,8 @@ package lb
 import (
 	"fmt"
 	"time"
+
+	"github.com/switchyard/switchyard/engines/load"
 )
 
 // Kind is the outcome class of a routing decision.
@@ -69,6 +71,11 @@ type Decision struct {
 	// KVSkipped is set when a higher-ranked cluster was skipped for lack of free KV tokens
 	// (pulsar variants, KindSelected).
 	KVSkipped bool
+	// TTFT is the balancer's TTFT estimate of the selected candidate, with whatever prefill
+	// discount it applied (KindSelected; 0 when the balancer does not estimate TTFT, e.g.
+	// round-robin, random and pulsar). The gateway compares it with the observed time to
+	// first byte.
+	TTFT load.Millis
 	// Wait is how long until something may become selectable (KindWait, always > 0).
 	Wait time.Duration
 	// Reason says why nothing can be chosen (KindUnavailable).

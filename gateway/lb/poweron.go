@@ -17,6 +17,7 @@ type powerOfN struct {
 	rng        Rand
 	eligible   []int32
 	scores     []float64
+	ttfts      []load.Millis
 }
 
 func newPowerOfN(e lbconfig.Entry, rng Rand) Balancer {
@@ -47,29 +48,32 @@ func (b *powerOfN) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 		}
 		k = b.sample
 	}
-	scores := b.scores[:0]
+	scores, ttfts := b.scores[:0], b.ttfts[:0]
 	bestScore := 0.0
 	for i, idx := range el[:k] {
 		c := &s.Candidates[idx]
-		est := c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, 1, load.Ignore{})
+		est := c.Estimate(r, 1, load.Ignore{})
 		score := b.comparator.Score(&c.Load, est, r.InputTokens)
 		scores = append(scores, score)
+		ttfts = append(ttfts, est.TTFT)
 		if i == 0 || score < bestScore {
 			bestScore = score
 		}
 	}
-	b.scores = scores
+	b.scores, b.ttfts = scores, ttfts
 	// Reservoir tie-break over the candidates within the tolerance of the best: the k-th
 	// tied candidate wins with probability 1/k.
-	best, ties := -1, 0
+	best, bestAt, ties := -1, 0, 0
 	for i, idx := range el[:k] {
 		if scores[i] > bestScore+b.tie || (b.tie == 0 && scores[i] != bestScore) {
 			continue
 		}
 		ties++
 		if ties == 1 || b.rng.IntN(ties) == 0 {
-			best = int(idx)
+			best, bestAt = int(idx), i
 		}
 	}
-	return Selected(best, 1)
+	d := Selected(best, 1)
+	d.TTFT = ttfts[bestAt]
+	return d
 }

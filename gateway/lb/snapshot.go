@@ -19,6 +19,12 @@ type Candidate struct {
 	Backends int
 }
 
+// Estimate is c's TTFT estimate for r with its prefill scaled by scale: the one place every
+// estimating balancer gets a candidate's estimate from.
+func (c *Candidate) Estimate(r *Request, scale float64, ignore load.Ignore) load.Estimate {
+	return c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, scale, ignore)
+}
+
 // Snapshot is the immutable candidate set of one routing target (routing key × model) at
 // one moment, reservations included. Candidates are in stable cluster-id order; build it
 // with NewSnapshot and never modify it afterwards (balancers cache derived data per

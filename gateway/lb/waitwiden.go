@@ -234,11 +234,18 @@ func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Reques
 	if prefer >= 0 {
 		for _, x := range open {
 			if x.idx == prefer {
-				return Selected(int(prefer), 1)
+				return selectedAt(x)
 			}
 		}
 	}
-	return Selected(c.best(rng, s, r, open), 1)
+	return selectedAt(c.best(rng, s, r, open))
+}
+
+// selectedAt is the rank-1 decision for x, carrying its TTFT estimate.
+func selectedAt(x scored) Decision {
+	d := Selected(int(x.idx), 1)
+	d.TTFT = x.cmpv
+	return d
 }
 
 // collect appends the non-excluded members that pass the queue SLO, with their estimates;
@@ -260,7 +267,7 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 		if prefer >= 0 && i != prefer {
 			sc1 = 1
 		}
-		est := cand.Load.Estimate(load.MillisOf(cand.RTT), r.InputTokens, r.Priority, sc1, c.ignore)
+		est := cand.Estimate(r, sc1, c.ignore)
 		if est.Queue > limit {
 			overSLO = true
 			return
@@ -319,7 +326,7 @@ func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlock
 // wins, so ties are broken at random. With the ttft comparator and a tie tolerance, the
 // first entry of the shuffled sample within the tolerance of the minimum wins: near-ties
 // are spread at random too, drawing nothing more from rng.
-func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) int {
+func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) scored {
 	k := min(c.n, len(open))
 	for i := range k {
 		j := i + rng.IntN(len(open)-i)
@@ -334,11 +341,11 @@ func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) int {
 	if c.tie > 0 && c.comparator == load.ComparatorTTFT {
 		for i := range bi {
 			if open[i].cmpv <= open[bi].cmpv+c.tie {
-				return int(open[i].idx)
+				return open[i]
 			}
 		}
 	}
-	return int(open[bi].idx)
+	return open[bi]
 }
 
 // less reports whether a is strictly better than b under the configured comparator.

@@ -226,3 +226,16 @@ func TestWAWWaitsForLaterBucket(t *testing.T) {
 		expect(t, "fast with free capacity", b.Decide(snap(fast, free, slow), r, 0), lb.Selected(1, 1))
 	}
 }
+
+// The selected candidate's TTFT estimate travels with the decision, so the gateway can
+// compare it with the observed time to first byte.
+func TestDecisionCarriesTTFTEstimate(t *testing.T) {
+	t.Parallel()
+	s := snap(idle("a", 50), idle("b", 5))
+	for name, e := range map[string]lbconfig.Entry{"wait-and-widen": waw(nil), "power-of-n": lbconfig.DefaultEntry(lbconfig.PowerOfN)} {
+		d := newBalancer(t, e, seeded()).Decide(s, &lb.Request{}, 0)
+		if d.Kind != lb.KindSelected || d.TTFT != load.MillisOf(s.Candidates[d.Index].RTT) {
+			t.Errorf("%s: got %v with TTFT %v, want the selected candidate's RTT as its estimate", name, d, d.TTFT)
+		}
+	}
+}
