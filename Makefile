@@ -9,12 +9,13 @@ BINARIES := gateway pylon engine bench
 GOLANGCI_LINT_VERSION := v2.15.0
 GOFUMPT_VERSION := v0.9.2
 BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da
+DEADCODE_VERSION := v0.52.0
 FUZZTIME ?= 20s
 BENCHCOUNT ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build test openai-client race cover e2e fuzz bench lint fmt tidy-check tools demo overhead chaos soak clean
+.PHONY: help build test openai-client race cover e2e fuzz bench lint deadcode fmt tidy-check tools demo overhead chaos soak clean
 
 help: ## List the targets with a one-line description each.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,13 +60,16 @@ bench: ## Go benchmarks (BENCHCOUNT=10 for benchstat input).
 lint: $(TOOLS)/golangci-lint ## golangci-lint with .golangci.yml (installs it first if missing).
 	$(TOOLS)/golangci-lint run --allow-parallel-runners ./...
 
+deadcode: $(TOOLS)/deadcode ## Fail on functions no binary under cmd/ reaches (test-only helpers belong in _test.go files).
+	@out=$$($(TOOLS)/deadcode ./cmd/...) || exit 1; if [ -n "$$out" ]; then echo "$$out"; exit 1; fi
+
 fmt: $(TOOLS)/gofumpt ## Format every Go file with gofumpt.
 	$(TOOLS)/gofumpt -w $$(git ls-files '*.go')
 
 tidy-check: ## Fail when go.mod/go.sum are not tidy.
 	$(GO) mod tidy -diff
 
-tools: $(TOOLS)/golangci-lint $(TOOLS)/gofumpt $(TOOLS)/benchstat ## Install pinned golangci-lint, gofumpt and benchstat into .bin/.
+tools: $(TOOLS)/golangci-lint $(TOOLS)/gofumpt $(TOOLS)/benchstat $(TOOLS)/deadcode ## Install pinned golangci-lint, gofumpt, benchstat and deadcode into .bin/.
 
 $(TOOLS)/golangci-lint:
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -75,6 +79,9 @@ $(TOOLS)/gofumpt:
 
 $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+
+$(TOOLS)/deadcode:
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 
 demo: build ## Compare four routing algorithms on a prefix-reuse workload on local mock engines (~75 s).
 	./$(BIN)/bench run --scenario bench/scenarios/demo.yaml --out out/demo

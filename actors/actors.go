@@ -1,8 +1,8 @@
 // Package actors is the shared actor kit: actor-system construction with our slog logger,
 // the inline mailbox for actors on a request's path (InlineMailbox, InlineProps), a
-// one-timer alarm for actors that keep their own deadline heap, a periodic loop for
-// background work, and a probe actor for tests. Nothing here is global: one system per
-// component instance (and per test).
+// one-timer alarm for actors that keep their own deadline heap, and a periodic loop for
+// background work. Nothing here is global: one system per component instance (and per
+// test). doc.go says what protoactor still provides and what the mailbox replaces.
 package actors
 
 import (
@@ -40,9 +40,6 @@ type Alarm struct {
 func NewAlarm(sender actor.SenderContext, pid *actor.PID) *Alarm {
 	return &Alarm{deliver: func() { sender.Send(pid, Tick{}) }}
 }
-
-// NewAlarmFunc returns an alarm that calls deliver when it fires (tests, channels).
-func NewAlarmFunc(deliver func()) *Alarm { return &Alarm{deliver: deliver} }
 
 // Arm makes sure a Tick arrives no later than at; an earlier pending deadline is kept.
 // now is the owner's current time.

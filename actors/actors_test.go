@@ -17,13 +17,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestAlarmDeliversEarliestDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sys := actors.NewSystem(slog.New(slog.DiscardHandler))
-		probe := actors.NewProbe(sys, 4)
+		probe := newProbe(sys, 4)
 		start := time.Now()
-		a := actors.NewAlarm(sys.Root, probe.PID)
+		a := actors.NewAlarm(sys.Root, probe.pid)
 		a.Arm(start, start.Add(100*time.Millisecond))
 		a.Arm(start, start.Add(30*time.Millisecond)) // earlier wins
 		a.Arm(start, start.Add(60*time.Millisecond)) // later is ignored while armed
-		if _, ok := (<-probe.C).(actors.Tick); !ok {
+		if _, ok := (<-probe.c).(actors.Tick); !ok {
 			t.Fatal("expected a Tick")
 		}
 		if got := time.Since(start); got != 30*time.Millisecond {
@@ -31,7 +31,7 @@ func TestAlarmDeliversEarliestDeadline(t *testing.T) {
 		}
 		a.Fired()
 		a.Arm(time.Now(), time.Now().Add(10*time.Millisecond))
-		<-probe.C
+		<-probe.c
 		if got := time.Since(start); got != 40*time.Millisecond {
 			t.Errorf("second tick after %v, want 40ms", got)
 		}
@@ -40,11 +40,11 @@ func TestAlarmDeliversEarliestDeadline(t *testing.T) {
 		a.Stop()
 		time.Sleep(2 * time.Second)
 		select {
-		case m := <-probe.C:
+		case m := <-probe.c:
 			t.Errorf("stopped alarm delivered %v", m)
 		default:
 		}
-		sys.Root.Stop(probe.PID)
+		sys.Root.Stop(probe.pid)
 		time.Sleep(time.Second)
 		synctest.Wait()
 	})

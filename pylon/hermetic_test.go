@@ -57,7 +57,7 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 	ctl := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		r := received{at: time.Now(), method: string(ctx.Method()), auth: string(ctx.Request.Header.Peek("Authorization"))}
 		if r.method == "PUT" {
-			reg, err := control.ParseRegistration(strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath), ctx.PostBody())
+			reg, err := control.DefaultLimits().ParseRegistration(strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath), ctx.PostBody())
 			if err != nil {
 				ctx.Error(err.Error(), 400)
 				return

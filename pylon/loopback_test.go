@@ -81,7 +81,7 @@ func startControl(t *testing.T) *controlServer {
 		r := received{at: time.Now(), method: string(ctx.Method())}
 		if r.method == "PUT" {
 			id := strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath)
-			reg, err := control.ParseRegistration(id, ctx.PostBody())
+			reg, err := control.DefaultLimits().ParseRegistration(id, ctx.PostBody())
 			if err != nil {
 				ctx.Error(err.Error(), 400)
 				return

@@ -135,7 +135,7 @@ func newStandInHermetic(t *testing.T, cfg pylon.Config, s *standIn) *hermetic {
 	ctl := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		r := received{at: time.Now(), method: string(ctx.Method())}
 		if r.method == "PUT" {
-			reg, err := control.ParseRegistration(strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath), ctx.PostBody())
+			reg, err := control.DefaultLimits().ParseRegistration(strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath), ctx.PostBody())
 			if err != nil {
 				ctx.Error(err.Error(), 400)
 				return

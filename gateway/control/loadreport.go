@@ -207,11 +207,6 @@ func parsePriorityMap(v string) ([]load.PriorityEstimate, error) {
 	return out, nil
 }
 
-// FormatDispatchSeq is the x-switchyard-dispatch-seq value for dispatch seq of gateway.
-func FormatDispatchSeq(gatewayID string, seq uint64) string {
-	return gatewayID + "/" + strconv.FormatUint(seq, 10)
-}
-
 // ParseDispatchSeq splits an x-switchyard-dispatch-seq value.
 func ParseDispatchSeq(v string) (gatewayID string, seq uint64, err error) {
 	i := strings.LastIndexByte(v, '/')

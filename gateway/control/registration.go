@@ -119,12 +119,6 @@ var (
 	ErrBadRegistration = errors.New("invalid registration")
 )
 
-// ParseRegistration decodes and validates a registration body for backend id pathID with
-// DefaultLimits (see Limits.ParseRegistration).
-func ParseRegistration(pathID string, body []byte) (Registration, error) {
-	return DefaultLimits().ParseRegistration(pathID, body)
-}
-
 func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytesReader(body))
 	dec.DisallowUnknownFields()

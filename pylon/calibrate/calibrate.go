@@ -134,20 +134,3 @@ func (p *Plan) finish(r Reason) { p.done, p.reason = true, r }
 
 // Done reports whether the plan ended and why.
 func (p *Plan) Done() (Reason, bool) { return p.reason, p.done }
-
-// Steps is the full plan when every step succeeds.
-func Steps(cfg Config) ([]Step, error) {
-	p, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var out []Step
-	for {
-		s, ok := p.Next()
-		if !ok {
-			return out, nil
-		}
-		out = append(out, s)
-		p.Report(Outcome{})
-	}
-}
