@@ -61,6 +61,27 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
 
+// SessionState is how last_cluster_affinity classified a request's session.
+type SessionState uint8
+
+// Session states.
+const (
+	SessionNone      SessionState = iota // last_cluster_affinity is off
+	SessionNew                           // no x-stargate-last-cluster-id
+	SessionReturning                     // the named cluster is a current candidate
+	SessionStale                         // the named cluster is not a candidate
+)
+
+var sessionNames = [...]string{SessionNone: "none", SessionNew: "new", SessionReturning: "returning", SessionStale: "stale"}
+
+// String returns the state's metric label value.
+func (s SessionState) String() string {
+	if int(s) < len(sessionNames) {
+		return sessionNames[s]
+	}
+	return fmt.Sprintf("session(%d)", uint8(s))
+}
+
 // Decision is the three-valued answer of a balancer. Only the fields of its Kind are set.
 type Decision struct {
 	Kind Kind
@@ -76,6 +97,9 @@ type Decision struct {
 	// round-robin, random and pulsar). The gateway compares it with the observed time to
 	// first byte.
 	TTFT load.Millis
+	// Session classifies the request's session under last_cluster_affinity (KindSelected;
+	// SessionNone when the option is off).
+	Session SessionState
 	// Wait is how long until something may become selectable (KindWait, always > 0).
 	Wait time.Duration
 	// Reason says why nothing can be chosen (KindUnavailable).

@@ -167,6 +167,7 @@ type pulsarWaitAndWiden struct {
 	ranker     ranker
 	scratch    []scored
 	band       []int32
+	promoted   []int32
 }
 
 func newPulsarWaitAndWiden(e lbconfig.Entry, rng Rand) Balancer {
@@ -183,6 +184,29 @@ func (b *pulsarWaitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Durati
 	if len(ranking) == 0 {
 		return Unavailable(ReasonNotRanked)
 	}
+	if !b.cfg.lastCluster {
+		return b.decide(s, r, ranking, elapsed)
+	}
+	// last_cluster_affinity: a returning session's cluster is promoted to rank 1 (see
+	// waitAndWiden.byLastCluster); the ranking is cached, so the promotion works on a copy.
+	// A cluster outside the ranking (no valid weight) counts as stale.
+	state := SessionReturning
+	switch last := s.index(r.LastCluster); {
+	case r.LastCluster == "":
+		state = SessionNew
+	case last < 0 || !slices.Contains(ranking, last):
+		state = SessionStale
+	default:
+		b.promoted = promote(b.promoted[:0], ranking, last)
+		ranking = b.promoted
+	}
+	d := b.decide(s, r, ranking, elapsed)
+	d.Session = state
+	return d
+}
+
+// decide is the banded decision over ranking.
+func (b *pulsarWaitAndWiden) decide(s *Snapshot, r *Request, ranking []int32, elapsed time.Duration) Decision {
 	if !b.cfg.hasQueueSLO {
 		if c := &s.Candidates[ranking[0]]; !r.IsExcluded(c.ClusterID) && (!b.considerKV || kvFeasible(&c.Load, r.InputTokens)) {
 			return Selected(int(ranking[0]), 1)
@@ -205,7 +229,7 @@ func (b *pulsarWaitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Durati
 		if len(band) == 0 {
 			continue
 		}
-		d := b.cfg.evaluate(&b.scratch, b.rng, s, r, band, 1, elapsed, elapsed, -1)
+		d := b.cfg.evaluate(&b.scratch, b.rng, s, r, band, fullPrice, elapsed, elapsed, -1)
 		switch d.Kind {
 		case KindSelected:
 			pos := slices.IndexFunc(ranking, func(idx int32) bool { return int(idx) == d.Index })

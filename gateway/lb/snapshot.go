@@ -59,6 +59,22 @@ func (s *Snapshot) Reset(routingKey, model string, candidates []Candidate) {
 	*s = Snapshot{RoutingKey: routingKey, Model: model, Candidates: candidates, membership: h.Sum64() ^ uint64(len(candidates))}
 }
 
+// hasCluster reports whether a candidate of s is cluster id.
+func (s *Snapshot) hasCluster(id string) bool { return s.index(id) >= 0 }
+
+// index returns the index of cluster id's candidate, or -1 (also for a blank id).
+func (s *Snapshot) index(id string) int32 {
+	if id == "" {
+		return -1
+	}
+	for i := range s.Candidates {
+		if s.Candidates[i].ClusterID == id {
+			return int32(i) //nolint:gosec // candidate counts fit int32
+		}
+	}
+	return -1
+}
+
 // sameMembership reports whether a cached derivation keyed by (members, key, model) is
 // still valid for s.
 func (s *Snapshot) sameMembership(members uint64, routingKey, model string) bool {
@@ -77,9 +93,15 @@ type Request struct {
 	SLO time.Duration
 	// Excluded lists the cluster ids that already failed for this request.
 	Excluded []string
-	// At is the time of the decision (the scheduler's clock): the session memory's clock.
-	// Zero leaves the session memory out.
+	// At is the time of the decision (the scheduler's clock): the clock of the session
+	// memory and the prefix index. Zero leaves both out.
 	At time.Time
+	// Prefix holds the chained block hashes of the prompt's leading content
+	// (AppendPrefixHashes), for prefix-aware routing; nil when not computed.
+	Prefix []uint64
+	// LastCluster is x-stargate-last-cluster-id: the cluster that served the session's
+	// previous turn (last_cluster_affinity); blank means absent.
+	LastCluster string
 }
 
 // IsExcluded reports whether clusterID already failed for this request.

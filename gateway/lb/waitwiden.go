@@ -20,6 +20,8 @@ type waitAndWiden struct {
 	// sessions remembers which cluster last served each affinity key (session stickiness
 	// inside the affinity group).
 	sessions sessionTable
+	// prefix remembers which prompt blocks went to which cluster (prefix_affinity).
+	prefix prefixIndex
 	// Scratch reused across decisions so a decision on a cached key allocates nothing.
 	scratch  []scored
 	groupBuf []int32
@@ -47,6 +49,11 @@ type wawConfig struct {
 	// session memory
 	sessionTTL  time.Duration
 	sessionSize int
+	// prefix-aware routing and the client-named last cluster
+	prefixAffinity bool
+	prefixBlocks   int
+	prefixTTL      time.Duration
+	lastCluster    bool
 }
 
 func newWAWConfig(e lbconfig.Entry) wawConfig {
@@ -68,12 +75,44 @@ func newWAWConfig(e lbconfig.Entry) wawConfig {
 		scale:          e.AffinityInputScale,
 		sessionTTL:     e.SessionTTL,
 		sessionSize:    e.SessionTableSize,
+		prefixAffinity: e.PrefixAffinity,
+		prefixBlocks:   e.PrefixIndexBlocks,
+		prefixTTL:      e.PrefixIndexTTL,
+		lastCluster:    e.LastClusterAffinity,
 	}
 }
 
 func newWaitAndWiden(e lbconfig.Entry, rng Rand) *waitAndWiden {
 	cfg := newWAWConfig(e)
-	return &waitAndWiden{cfg: cfg, rng: rng, groups: newKeyCache[[]int32](defaultCacheKeys, false), sessions: newSessionTable(cfg.sessionSize, cfg.sessionTTL)}
+	b := &waitAndWiden{cfg: cfg, rng: rng, groups: newKeyCache[[]int32](defaultCacheKeys, false), sessions: newSessionTable(cfg.sessionSize, cfg.sessionTTL)}
+	if cfg.prefixAffinity {
+		b.prefix = newPrefixIndex(cfg.prefixBlocks, cfg.prefixTTL)
+	}
+	return b
+}
+
+// pricing is how a decision phase prices each candidate's prefill: per-candidate scales
+// from the prefix index when per is set; else scale for every candidate, or, when only ≥ 0,
+// for that candidate alone (the session's last cluster, the one known to hold its prefix;
+// the others would prefill it in full), so cache and load are weighed in one estimate.
+type pricing struct {
+	scale float64
+	only  int32
+	per   []float64
+}
+
+// fullPrice prices every candidate's prefill in full.
+var fullPrice = pricing{scale: 1, only: -1}
+
+func (p pricing) of(i int32) float64 {
+	switch {
+	case p.per != nil:
+		return p.per[i]
+	case p.only >= 0 && i != p.only:
+		return 1
+	default:
+		return p.scale
+	}
 }
 
 // scored is one candidate's estimate during a decision.
@@ -100,18 +139,90 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	}
 	group := b.group(s, r)
 	if group == nil {
-		return b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, 1, elapsed, elapsed, -1)
+		if b.cfg.prefixAffinity && len(r.Prefix) > 0 && !r.At.IsZero() {
+			return b.byPrefix(s, r, elapsed)
+		}
+		return b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, fullPrice, elapsed, elapsed, -1)
+	}
+	if b.cfg.lastCluster {
+		return b.byLastCluster(s, r, group, elapsed)
 	}
 	remember := b.sessions.enabled() && !r.At.IsZero()
 	last := int32(-1)
 	if remember {
 		last = b.returning(s, r, group)
 	}
-	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, last)
+	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, pricing{scale: b.cfg.scale, only: last}, fullPrice, last)
 	if remember && d.Kind == KindSelected {
 		b.sessions.put(r.AffinityKey, s.Candidates[d.Index].ClusterID, r.At)
 	}
 	return d
+}
+
+// minCachedShare is the share of a request's input the best-placed cluster must be
+// expected to hold for prefix-aware routing to treat it as the request's affinity group
+// (and hold the request for it up to cache_affinity_wait_ms).
+const minCachedShare = 0.5
+
+// byPrefix routes a request without an affinity key by its prompt (prefix_affinity): every
+// candidate's prefill is discounted by the tokens it is expected to hold, according to the
+// prefix index. When one cluster is expected to hold at least minCachedShare of the prompt,
+// it is the request's affinity group of one: taken whenever it can take the request, waited
+// for up to the hold X, and after X the global phase still weighs every candidate's cache.
+func (b *waitAndWiden) byPrefix(s *Snapshot, r *Request, elapsed time.Duration) Decision {
+	scales, best := b.prefix.cachedScales(s, r)
+	price := pricing{per: scales, only: -1}
+	var d Decision
+	if best >= 0 && 1-scales[best] >= minCachedShare {
+		b.groupBuf = append(b.groupBuf[:0], best)
+		d = b.cfg.withHold(&b.scratch, b.rng, s, r, b.groupBuf, elapsed, b.cfg.hold, price, price, best)
+	} else {
+		d = b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, price, elapsed, elapsed, -1)
+	}
+	if d.Kind == KindSelected {
+		b.prefix.record(&s.Candidates[d.Index], r)
+	}
+	return d
+}
+
+// byLastCluster is the affinity decision with last_cluster_affinity: the client names the
+// cluster that served the session's previous turn (Request.LastCluster). A returning
+// session (the cluster is a current candidate) has it promoted to the front of its group
+// — replacing the group's last member when it was outside — and preferred while it can
+// take the request; the hold X and the group's prefill discount apply. A new session (no
+// cluster named) or a stale one (the cluster is gone) tries its group first but neither
+// waits nor gets a discount. The promotion is per request; nothing is remembered.
+func (b *waitAndWiden) byLastCluster(s *Snapshot, r *Request, group []int32, elapsed time.Duration) Decision {
+	last := s.index(r.LastCluster)
+	state := SessionReturning
+	switch {
+	case r.LastCluster == "":
+		state = SessionNew
+	case last < 0:
+		state = SessionStale
+	}
+	var d Decision
+	if state == SessionReturning {
+		g := promote(b.groupBuf[:0], group, last)
+		b.groupBuf = g
+		d = b.cfg.withHold(&b.scratch, b.rng, s, r, g, elapsed, b.cfg.hold, pricing{scale: b.cfg.scale, only: -1}, fullPrice, last)
+	} else {
+		d = b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, 0, fullPrice, fullPrice, -1)
+	}
+	d.Session = state
+	return d
+}
+
+// promote returns group with last at its front: moved there when it is a member, else in
+// place of the group's last member (the group keeps its size).
+func promote(dst, group []int32, last int32) []int32 {
+	dst = append(dst, last)
+	for _, i := range group {
+		if i != last && len(dst) < len(group) {
+			dst = append(dst, i)
+		}
+	}
+	return dst
 }
 
 // returning looks r's affinity key up in the session memory. When the cluster that last
@@ -132,21 +243,22 @@ func (b *waitAndWiden) returning(s *Snapshot, r *Request, group []int32) int32 {
 	return -1
 }
 
-// withHold is the affinity decision with a hold X: the affinity phase over the group at the
-// discounted prefill, waiting until X, then the global phase over every candidate at full
-// prefill with buckets widening only with the time after X.
+// withHold is the affinity decision with a hold: the affinity phase over the group at the
+// affine pricing (the discounted prefill), waiting until hold, then the global phase over
+// every candidate at the global pricing (full prefill, or the prefix index's expected
+// cache) with buckets widening only with the time after the hold.
 //
 // last (≥ 0) is the cluster that last served the request's session: the affinity phase
 // takes it whenever it is among the members that can take the request now.
-func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed time.Duration, last int32) Decision {
-	affine := c.evaluate(scratch, rng, s, r, group, c.scale, elapsed, elapsed, last)
+func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed, hold time.Duration, affinePrice, globalPrice pricing, last int32) Decision {
+	affine := c.evaluate(scratch, rng, s, r, group, affinePrice, elapsed, elapsed, last)
 	if affine.Kind == KindSelected {
 		return affine
 	}
-	if elapsed < c.hold {
-		return Wait(minWait(affine, c.hold-elapsed))
+	if elapsed < hold {
+		return Wait(minWait(affine, hold-elapsed))
 	}
-	global := c.evaluate(scratch, rng, s, r, nil, 1, elapsed, elapsed-c.hold, -1)
+	global := c.evaluate(scratch, rng, s, r, nil, globalPrice, elapsed, elapsed-hold, -1)
 	switch global.Kind {
 	case KindSelected:
 		global.RankDepth = len(group) + 1
@@ -199,8 +311,8 @@ func (b *waitAndWiden) group(s *Snapshot, r *Request) []int32 {
 // sloElapsed drives the queue-SLO interpolation. It returns Selected (rank 1), Wait (a
 // locked bucket with capacity will unlock) or Unavailable. prefer (≥ 0) is taken when it is
 // among the open candidates.
-func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, scale float64, sloElapsed, budget time.Duration, prefer int32) Decision {
-	sc, overSLO := c.collect((*scratch)[:0], s, r, members, scale, sloElapsed, prefer)
+func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
+	sc, overSLO := c.collect((*scratch)[:0], s, r, members, price, sloElapsed)
 	*scratch = sc
 	if len(sc) == 0 {
 		if overSLO {
@@ -248,12 +360,9 @@ func selectedAt(x scored) Decision {
 	return d
 }
 
-// collect appends the non-excluded members that pass the queue SLO, with their estimates;
-// overSLO reports whether the SLO dropped any. With a known last cluster (prefer ≥ 0) only
-// that member's prefill is discounted by scale: it is the one known to hold the session's
-// prefix, the others would prefill it in full — so cache and load are weighed in one
-// estimate.
-func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int32, scale float64, elapsed time.Duration, prefer int32) (_ []scored, overSLO bool) {
+// collect appends the non-excluded members that pass the queue SLO, with their estimates
+// at the given prefill pricing; overSLO reports whether the SLO dropped any.
+func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int32, price pricing, elapsed time.Duration) (_ []scored, overSLO bool) {
 	limit := load.Millis(math.Inf(1))
 	if c.hasQueueSLO {
 		limit = c.queueLimit(r, elapsed)
@@ -263,11 +372,7 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 		if r.IsExcluded(cand.ClusterID) {
 			return
 		}
-		sc1 := scale
-		if prefer >= 0 && i != prefer {
-			sc1 = 1
-		}
-		est := cand.Estimate(r, sc1, c.ignore)
+		est := cand.Estimate(r, price.of(i), c.ignore)
 		if est.Queue > limit {
 			overSLO = true
 			return

@@ -42,14 +42,15 @@ var wawFields = []string{
 	"comparator", "seed", "cache_affinity_virtual_nodes", "cache_affinity_backend_selection_count",
 	"cache_affinity_wait_ms", "cache_affinity_input_tokens_scale", fieldQueueFloor, fieldQueueCeil,
 	"ttft_bucket_size_ms", "next_bucket_unlock_factor", "n", "max_queued", "ignore_queue_time",
-	"ignore_input_processing_time",
+	"ignore_input_processing_time", "last_cluster_affinity",
 }
 
 // algorithmFields lists the algorithm-specific fields of each algorithm. A comparator is
 // decoded for pulsar-wait-and-widen so that Validate can refuse it by name.
 var algorithmFields = [numAlgorithms][]string{
-	PowerOfN:           {"sample_count", "comparator", fieldTieTolerance},
-	WaitAndWiden:       append(slices.Clone(wawFields), fieldTieTolerance, "session_affinity_ttl_ms", "session_table_size"),
+	PowerOfN: {"sample_count", "comparator", fieldTieTolerance},
+	WaitAndWiden: append(slices.Clone(wawFields), fieldTieTolerance, "session_affinity_ttl_ms", "session_table_size",
+		"prefix_affinity", "prefix_index_blocks", "prefix_index_ttl_ms"),
 	RoundRobin:         nil,
 	Random:             nil,
 	Pulsar:             {"seed", "consider_kv_free_tokens"},
@@ -356,6 +357,14 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.SessionTTL, raw, decodeMillis)
 	case "session_table_size":
 		return assign(&e.SessionTableSize, raw, decodeAtLeastOne)
+	case "prefix_affinity":
+		return assign(&e.PrefixAffinity, raw, decodeBool)
+	case "prefix_index_blocks":
+		return assign(&e.PrefixIndexBlocks, raw, decodeAtLeastOne)
+	case "prefix_index_ttl_ms":
+		return assign(&e.PrefixIndexTTL, raw, decodeMillis)
+	case "last_cluster_affinity":
+		return assign(&e.LastClusterAffinity, raw, decodeBool)
 	default: // not reachable: supports() admits only the fields above
 		return errors.New("unsupported field")
 	}

@@ -169,7 +169,8 @@ func TestParse(t *testing.T) {
 				"cache_affinity_input_tokens_scale":0.5,"max_queue_time_floor_ms":300,"max_queue_time_ceil_ms":100,
 				"ttft_bucket_size_ms":0,"next_bucket_unlock_factor":-0.5,"n":3,"max_queued":18446744073709551615,
 				"ignore_queue_time":true,"ignore_input_processing_time":true,"tie_tolerance_ms":5,
-				"session_affinity_ttl_ms":0,"session_table_size":10,
+				"session_affinity_ttl_ms":0,"session_table_size":10,"prefix_affinity":true,"prefix_index_blocks":64,
+				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,
 				"require_cache_affinity_key":false,"require_input_tokens":true,"max_input_work_seconds":0}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: Entry{
 				Algorithm: WaitAndWiden, Name: "wait-and-widen", RequireInputTokens: true,
@@ -177,7 +178,8 @@ func TestParse(t *testing.T) {
 				VirtualNodes: 8, SelectionCount: 1, AffinityWait: 100 * time.Millisecond, AffinityInputScale: 0.5,
 				HasQueueSLO: true, QueueFloor: 300 * time.Millisecond, QueueCeil: 100 * time.Millisecond,
 				UnlockFactor: -0.5, N: 3, MaxQueued: math.MaxUint64, IgnoreQueueTime: true, IgnoreInputProcessingTime: true,
-				TieTolerance: 5 * time.Millisecond, SessionTableSize: 10,
+				TieTolerance: 5 * time.Millisecond, SessionTableSize: 10, PrefixAffinity: true, PrefixIndexBlocks: 64,
+				LastClusterAffinity: true,
 			}}}),
 		},
 		{
@@ -333,8 +335,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`unknown field "extra" (want default, request_algorithms, models)`},
 		},
 		{
-			"unknown detailed field", `{"models":{"m":{"algorithm":"wait-and-widen","bogus":1,"last_cluster_affinity":true}}}`,
-			[]string{`models["m"]: wait-and-widen config does not support field(s): bogus, last_cluster_affinity`},
+			"unknown detailed field", `{"models":{"m":{"algorithm":"wait-and-widen","bogus":1,"consider_kv_free_tokens":true}}}`,
+			[]string{`models["m"]: wait-and-widen config does not support field(s): bogus, consider_kv_free_tokens`},
 		},
 		{
 			"scale -0.1", `{"models":{"m":{"algorithm":"wait-and-widen","cache_affinity_input_tokens_scale":-0.1}}}`,

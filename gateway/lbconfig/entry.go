@@ -24,6 +24,8 @@ const (
 	DefaultWAWTieTolerance    = time.Millisecond      // tie_tolerance_ms of wait-and-widen
 	DefaultSessionTTL         = 5 * time.Minute       // session_affinity_ttl_ms (wait-and-widen)
 	DefaultSessionTableSize   = 65536                 // session_table_size (wait-and-widen)
+	DefaultPrefixIndexBlocks  = 16384                 // prefix_index_blocks (wait-and-widen)
+	DefaultPrefixIndexTTL     = 10 * time.Minute      // prefix_index_ttl_ms (wait-and-widen)
 )
 
 // Entry is one algorithm definition with every setting resolved: defaults applied and
@@ -103,6 +105,25 @@ type Entry struct {
 	// SessionTableSize is session_table_size: the most affinity keys remembered per routing
 	// target (least recently used forgotten first). Default 65 536.
 	SessionTableSize int
+	// PrefixAffinity is prefix_affinity (wait-and-widen): a request without an
+	// x-cache-affinity-key is routed by its prompt's content. The gateway hashes the
+	// prompt's leading content in blocks and remembers, per routing target and cluster,
+	// which blocks it recently sent there; each candidate's prefill is discounted by the
+	// tokens it is expected to hold, so cache and load are weighed in one TTFT estimate.
+	// Default off.
+	PrefixAffinity bool
+	// PrefixIndexBlocks is prefix_index_blocks: the most prompt blocks remembered per
+	// cluster of a routing target (fewer when the cluster reports a smaller KV cache).
+	// Default 16 384.
+	PrefixIndexBlocks int
+	// PrefixIndexTTL is prefix_index_ttl_ms: a remembered block older than this no longer
+	// counts as cached. Default 10 minutes; 0 keeps blocks until they are evicted.
+	PrefixIndexTTL time.Duration
+	// LastClusterAffinity is last_cluster_affinity (wait-and-widen and
+	// pulsar-wait-and-widen): the client names the cluster that served its session's
+	// previous turn in x-stargate-last-cluster-id, and the request returns there (the
+	// cluster is promoted to the front of its affinity group). Default off.
+	LastClusterAffinity bool
 	// MaxQueued is the number of requests a backend may run beyond its engine
 	// concurrency and still count as having capacity (max_queued, default 0).
 	MaxQueued uint64
@@ -131,6 +152,8 @@ func DefaultEntry(a Algorithm) Entry {
 			e.TieTolerance = DefaultWAWTieTolerance
 			e.SessionTTL = DefaultSessionTTL
 			e.SessionTableSize = DefaultSessionTableSize
+			e.PrefixIndexBlocks = DefaultPrefixIndexBlocks
+			e.PrefixIndexTTL = DefaultPrefixIndexTTL
 		}
 		e.VirtualNodes = DefaultVirtualNodes
 		e.AffinityInputScale = DefaultAffinityInputScale

@@ -27,10 +27,12 @@ func TestDefaultEntry(t *testing.T) {
 		TieTolerance:       time.Millisecond,
 		SessionTTL:         5 * time.Minute,
 		SessionTableSize:   65536,
+		PrefixIndexBlocks:  16384,
+		PrefixIndexTTL:     10 * time.Minute,
 	}
 	pwaw := waw
 	pwaw.Algorithm, pwaw.Name, pwaw.Comparator, pwaw.TieTolerance = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone, 0
-	pwaw.SessionTTL, pwaw.SessionTableSize = 0, 0
+	pwaw.SessionTTL, pwaw.SessionTableSize, pwaw.PrefixIndexBlocks, pwaw.PrefixIndexTTL = 0, 0, 0, 0
 	want := []Entry{
 		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 5 * time.Millisecond},
 		waw,
