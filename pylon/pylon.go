@@ -3,36 +3,36 @@
 // local queue admission, keeps one protoactor actor per model generation with the
 // per-model aggregate, ingests the engine's own stats, and registers the full snapshot
 // with every gateway through one registrar actor each.
+//
+// Where things are: pylon.go builds a Pylon and runs it (New, Run); handler.go is the data
+// path; models.go the set of served models and their generation actors (generation.go);
+// modeldiscovery.go polls the engine's /v1/models when no names are configured;
+// enginestats.go the loops that read the engine's own stats and route them to the
+// generations; registration.go what a gateway is told (snapshot, delivered) and how
+// (transport); registrars.go the registrar actor per gateway, from --gateway and
+// --gateway-dns; gateways.go the dispatch seqs per gateway; shutdown.go the drain.
 package pylon
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
-	"github.com/switchyard/switchyard/pylon/engine"
-	"github.com/switchyard/switchyard/pylon/register"
 	"github.com/switchyard/switchyard/pylon/relay"
-	"github.com/switchyard/switchyard/pylon/stats"
 )
 
 // Deps are the pylon's collaborators; zero fields get production defaults.
@@ -201,20 +201,14 @@ func (p *Pylon) setUpSecurity() (*tls.Config, error) {
 	return tlsx.ClientConfig(p.cfg.ClientTLS, p.log)
 }
 
-// registrarRef is a running registrar and the notifier that wakes it on change.
-type registrarRef struct {
-	pid       *actor.PID
-	notify    *register.Notifier
-	gateway   string
-	connected *metrics.Gauge
-}
-
+// fasthttpLogger sends fasthttp's own messages to the pylon's logger at Debug.
 type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
 }
 
+// addrOf is ln's address, "" for none.
 func addrOf(ln net.Listener) string {
 	if ln == nil {
 		return ""
@@ -237,220 +231,6 @@ func (p *Pylon) Addr() net.Addr {
 		return nil
 	}
 	return p.ln.Addr()
-}
-
-func (p *Pylon) lookup(model []byte) *modelEntry {
-	return (*p.models.Load())[string(model)]
-}
-
-// seqOf is the highest dispatch seq admitted from the gateway with id gatewayID (0: none).
-func (p *Pylon) seqOf(gatewayID string) uint64 {
-	if s := p.gateways.get(gatewayID); s != nil {
-		return s.seq.Load()
-	}
-	return 0
-}
-
-// setModels makes exactly names served: new models get a new generation, models no
-// longer listed have their generation retired.
-func (p *Pylon) setModels(names []string) {
-	p.modelsMu.Lock()
-	defer p.modelsMu.Unlock()
-	old := *p.models.Load()
-	next := make(map[string]*modelEntry, len(old)+len(names))
-	for k, v := range old {
-		next[k] = v
-	}
-	changed := false
-	for _, name := range names {
-		e, ok := next[name]
-		if !ok {
-			e = &modelEntry{name: name}
-			e.metrics = newModelMetrics(p.metrics, name, func() *genSnapshot {
-				if g := e.cur.Load(); g != nil {
-					return g.snapshot(p.sys.Root)
-				}
-				return nil
-			})
-			next[name] = e
-		}
-		if e.cur.Load() == nil {
-			e.cur.Store(p.spawnGeneration(name))
-			changed = true
-			p.log.Info("model_generation_started", "model", name, "generation", e.cur.Load().gen)
-		}
-	}
-	for name, e := range next {
-		if g := e.cur.Load(); g != nil && !slices.Contains(names, name) {
-			e.cur.Store(nil)
-			p.sys.Root.Send(g.pid, &retire{})
-			changed = true
-			p.log.Info("model_generation_retired", "model", name, "generation", g.gen)
-		}
-	}
-	p.models.Store(&next)
-	if changed {
-		p.structure.Add(1)
-		p.publish()
-	}
-}
-
-func (p *Pylon) spawnGeneration(model string) *generation {
-	g := &generation{model: model, gen: p.nextGen.Add(1), done: make(chan struct{}), replies: p.replies}
-	agg := stats.NewAggregate(model, g.gen, stats.Options{
-		FallbackConcurrency: p.cfg.MaxEngineConcurrency, InitialInputTPS: p.cfg.InitialInputTPS, PinInputTPS: p.cfg.PinInputTPS,
-	})
-	a := &genActor{g: g, agg: agg, adm: p.cfg.Admission, now: p.now, onChange: p.publish}
-	now := p.now()
-	a.publish(now) // the first registration already carries the fallback concurrency
-	g.pid = p.sys.Root.Spawn(genProps(a))
-	return g
-}
-
-// publish tells every registrar that the snapshot changed (a no-op for a registrar that
-// already has a send pending).
-func (p *Pylon) publish() {
-	rs := p.registrars.Load()
-	if rs == nil {
-		return
-	}
-	for _, r := range *rs {
-		r.notify.Notify(p.sys.Root, r.pid)
-	}
-}
-
-// delivered tells what the gateway with id gatewayID holds of the current state through
-// the x-pylon-load headers of its own responses (register.Deps.Delivered): Held when no
-// model was added, retired or drained since its last registration and every model's
-// current snapshot reached it; Fresh when every model's snapshot reached it within the last
-// coalesce interval (its view is as fresh as a change-driven update would make it).
-func (p *Pylon) delivered(gatewayID string) register.Delivery {
-	p.sentMu.Lock()
-	sent, ok := p.sentStructure[gatewayID]
-	p.sentMu.Unlock()
-	if !ok || sent != p.structure.Load() {
-		return register.NotHeld
-	}
-	result := register.Held
-	gw := p.gateways.get(gatewayID)
-	recent := p.now().Add(-p.cfg.StatsUpdateCoalesce).UnixNano()
-	for _, e := range *p.models.Load() {
-		g := e.cur.Load()
-		if g == nil {
-			continue
-		}
-		held, at := g.deliveredTo(gw)
-		switch {
-		case held:
-		case at >= recent:
-			result = register.Fresh
-		default:
-			return register.NotHeld
-		}
-	}
-	return result
-}
-
-// snapshot is the registration for the gateway with id gatewayID.
-func (p *Pylon) snapshot(gatewayID string) control.Registration {
-	if gatewayID != "" {
-		p.sentMu.Lock()
-		p.sentStructure[gatewayID] = p.structure.Load()
-		p.sentMu.Unlock()
-	}
-	status := control.StatusActive
-	if p.draining.Load() || p.canaryFailing.Load() {
-		status = control.StatusInactive
-	}
-	reg := control.Registration{
-		ID: p.cfg.ID, URL: p.advertiseURL(), ClusterID: p.cfg.ClusterID, DispatchSeq: p.seqOf(gatewayID),
-		Models: map[string]control.Model{},
-	}
-	for name, e := range *p.models.Load() {
-		g := e.cur.Load()
-		if g == nil {
-			continue
-		}
-		s := g.snapshot(p.sys.Root)
-		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Build: s.build, Stats: control.StatsFromLoad(&s.load)}
-	}
-	return reg
-}
-
-func (p *Pylon) advertiseURL() string {
-	if p.cfg.AdvertiseURL != "" {
-		return p.cfg.AdvertiseURL
-	}
-	if p.ln != nil {
-		return p.scheme() + p.ln.Addr().String()
-	}
-	return p.scheme() + p.cfg.ListenAddr
-}
-
-// update routes a model update to the current generation of model ("" = every model).
-func (p *Pylon) update(model string, u stats.Update) {
-	send := func(g *generation) {
-		u.Generation = g.gen
-		p.sys.Root.Send(g.pid, &updated{update: u})
-	}
-	if model == "" {
-		for _, e := range *p.models.Load() {
-			if g := e.cur.Load(); g != nil {
-				send(g)
-			}
-		}
-		return
-	}
-	if e := p.lookup([]byte(model)); e != nil {
-		if g := e.cur.Load(); g != nil {
-			send(g)
-		}
-	}
-}
-
-// EngineStats implements engine.Sink.
-func (p *Pylon) EngineStats(model string, ev *stats.RequestEvent) {
-	p.update(model, stats.Update{Stats: ev})
-}
-
-// EnginePing implements engine.Sink.
-func (p *Pylon) EnginePing(model string, r *stats.ConcurrencyReport) {
-	p.update(model, stats.Update{Concurrency: r})
-}
-
-// EngineKV implements engine.Sink.
-func (p *Pylon) EngineKV(model string, kv stats.KVStats) { p.update(model, stats.Update{KV: &kv}) }
-
-// transport performs one control-plane request.
-func (p *Pylon) transport(_ context.Context, method, uri, token string, body []byte) (int, []byte, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(uri)
-	req.Header.SetMethod(method)
-	if p.token.Configured() {
-		token = p.token.Value()
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if body != nil {
-		req.Header.SetContentType("application/json")
-		req.SetBodyRaw(body)
-	}
-	if err := p.control.DoTimeout(req, resp, register.DefaultSendTimeout); err != nil {
-		return 0, nil, err
-	}
-	return resp.StatusCode(), bytes.Clone(resp.Body()), nil
-}
-
-// scheme is the data listener's URL scheme and separator.
-func (p *Pylon) scheme() string {
-	if p.serverTLS != nil {
-		return "https://"
-	}
-	return "http://"
 }
 
 // Run serves until ctx is done, then drains: it stops admitting (new requests get a
@@ -560,296 +340,4 @@ func (p *Pylon) Run(ctx context.Context) error {
 	p.client.CloseIdleConnections()
 	p.sys.Shutdown()
 	return runErr
-}
-
-// startRegistrars starts one registrar per gateway (each sends the full snapshot at once):
-// the --gateway URLs and, with --gateway-dns, every address the name resolves to, followed
-// by a loop (until ctx ends) that re-resolves it and adds and removes registrars.
-func (p *Pylon) startRegistrars(ctx context.Context, wg *sync.WaitGroup) {
-	p.regMu.Lock()
-	p.regs = map[string]registrarRef{}
-	for _, gw := range p.cfg.Gateways {
-		p.regs[gw] = p.spawnRegistrar(gw)
-	}
-	p.storeRegistrars()
-	p.regMu.Unlock()
-	if p.cfg.GatewayDNS == "" {
-		return
-	}
-	p.resolveGateways(ctx)
-	wg.Go(func() { actors.Every(ctx, p.cfg.GatewayDNSInterval, func() { p.resolveGateways(ctx) }) })
-}
-
-// resolveGateways makes the registrars of --gateway-dns match its current addresses. A
-// failed lookup keeps the current set.
-func (p *Pylon) resolveGateways(ctx context.Context) {
-	scheme, host, port, _ := splitGatewayDNS(p.cfg.GatewayDNS)
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	addrs, err := p.lookupHost(lctx, host)
-	cancel()
-	if err != nil {
-		p.log.Warn("gateway_dns_lookup_failed", "name", p.cfg.GatewayDNS, "err", err)
-		return
-	}
-	want := map[string]bool{}
-	for _, gw := range p.cfg.Gateways {
-		want[gw] = true
-	}
-	for _, a := range addrs {
-		want[scheme+"://"+net.JoinHostPort(a, port)] = true
-	}
-	p.regMu.Lock()
-	var gone []string
-	for gw := range p.regs {
-		if !want[gw] {
-			gone = append(gone, gw)
-		}
-	}
-	for gw := range want {
-		if _, ok := p.regs[gw]; !ok {
-			p.regs[gw] = p.spawnRegistrar(gw)
-			p.log.Info("gateway_discovered", "gateway", gw)
-		}
-	}
-	for _, gw := range gone {
-		r := p.regs[gw]
-		delete(p.regs, gw)
-		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
-		r.connected.Set(0)
-		p.log.Info("gateway_vanished", "gateway", gw)
-	}
-	p.storeRegistrars()
-	p.regMu.Unlock()
-	for _, gw := range gone { // best effort: a vanished replica is usually gone for good
-		status, _, err := p.transport(ctx, "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
-		p.log.Debug("deregistered", "gateway", gw, "status", status, "err", err)
-	}
-}
-
-// storeRegistrars publishes regs for publish (under regMu).
-func (p *Pylon) storeRegistrars() {
-	rs := make([]registrarRef, 0, len(p.regs))
-	for _, r := range p.regs {
-		rs = append(rs, r)
-	}
-	p.registrars.Store(&rs)
-}
-
-// spawnRegistrar starts the registrar of gateway URL gw.
-func (p *Pylon) spawnRegistrar(gw string) registrarRef {
-	router := escape(gw)
-	connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
-	notify := &register.Notifier{}
-	pid := p.sys.Root.Spawn(register.Props(
-		register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
-		register.Deps{
-			Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify, Delivered: p.delivered,
-			OnConnected: func(ok bool) {
-				if ok {
-					connected.Set(1)
-				} else {
-					connected.Set(0)
-				}
-			},
-		}))
-	return registrarRef{pid: pid, notify: notify, gateway: gw, connected: connected}
-}
-
-// Shutdown timing.
-const (
-	drainPoll = 10 * time.Millisecond
-	// abortGrace bounds each wait after the drain deadline: for the handlers to finish once
-	// their engine connections are closed, then once their client connections are closed.
-	abortGrace = time.Second
-)
-
-// errHandlersAbandoned is returned by Run when handlers were still running after the
-// abort; the actors were stopped regardless.
-var errHandlersAbandoned = errors.New("pylon shutdown: handlers still running after the drain timeout and abort were abandoned")
-
-// stopServing drains the data path within DrainTimeout, then stops it whatever is left:
-//  1. draining: models INACTIVE, new requests get a retryable 503, in-flight ones continue;
-//     when none is left (or at the deadline) the listener closes and idle connections are
-//     closed (fasthttp's ShutdownWithContext, which waits for the open ones);
-//  2. at the deadline, every engine connection is closed: a handler waiting for the
-//     engine answers 503 and a relayed stream is cut;
-//  3. after abortGrace, every client connection still open is closed (a client that does
-//     not read, or is still sending its body);
-//  4. after another abortGrace the remaining handlers are abandoned (logged, error).
-//
-// serveErr is Serve's result channel (nil when Serve has already returned).
-func (p *Pylon) stopServing(serveErr <-chan error) error {
-	p.draining.Store(true)
-	p.structure.Add(1)
-	p.publish() // models INACTIVE
-	deadline := time.Now().Add(p.cfg.DrainTimeout)
-	for p.inflight.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(drainPoll)
-	}
-	stopped := make(chan error, 1)
-	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { stopped <- p.server.ShutdownWithContext(sctx) }()
-	// wait reports whether the server stopped within d, and its result.
-	wait := func(d time.Duration) (bool, error) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case err := <-stopped:
-			return true, err
-		case <-t.C:
-			select { // both ready: prefer the clean outcome
-			case err := <-stopped:
-				return true, err
-			default:
-				return false, nil
-			}
-		}
-	}
-	ok, err := wait(time.Until(deadline))
-	if !ok {
-		p.log.Warn("drain_timeout_aborting_engine_calls", "inflight", p.inflight.Load(), "engine_connections", p.engine.Abort())
-		ok, err = wait(abortGrace)
-	}
-	if !ok {
-		p.log.Warn("drain_timeout_closing_client_connections", "inflight", p.inflight.Load(), "connections", p.clients.closeAll())
-		ok, err = wait(abortGrace)
-	}
-	if !ok {
-		cancel()
-		p.log.Error("drain_timeout_handlers_abandoned", "inflight", p.inflight.Load(), "err", <-stopped)
-		err = errHandlersAbandoned
-	}
-	if serveErr != nil {
-		err = errors.Join(err, <-serveErr)
-	}
-	return err
-}
-
-// deregister stops the registrars and sends DELETE to every gateway (the DNS loop has
-// stopped: no registrar starts any more).
-func (p *Pylon) deregister() {
-	p.regMu.Lock()
-	regs := p.regs
-	p.regs = nil
-	p.regMu.Unlock()
-	for _, r := range regs {
-		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
-	}
-	for gw := range regs {
-		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
-		p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
-	}
-}
-
-// stopGenerations stops every model generation actor.
-func (p *Pylon) stopGenerations() {
-	for _, e := range *p.models.Load() {
-		if g := e.cur.Load(); g != nil {
-			_ = p.sys.Root.StopFuture(g.pid).Wait()
-		}
-	}
-}
-
-func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
-	base := p.cfg.UpstreamBaseURL
-	if p.cfg.EngineStatsStream != engine.ModeOff {
-		// Not on the data path's relay.Conns: the stats stream is long-lived and may idle.
-		streamClient := &fasthttp.HostClient{
-			Addr: p.upstreamHost, Dial: p.dial, MaxIdleConnDuration: time.Second,
-			IsTLS: p.client.IsTLS, TLSConfig: p.client.TLSConfig,
-		}
-		connected := p.metrics.gauge(mStreamConnected + `{mode="` + p.cfg.EngineStatsStream + `"}`)
-		s := &engine.StatsStream{
-			Client: streamClient, BaseURL: base, Path: p.cfg.EngineStatsStreamPath, Mode: p.cfg.EngineStatsStream,
-			Sink: p, Logger: p.log, Metrics: engine.StreamMetrics{Set: p.metrics.set, Prefix: p.cfg.MetricsPrefix},
-			OnConnected: func(ok bool) {
-				if ok {
-					connected.Set(1)
-				} else {
-					connected.Set(0)
-				}
-			},
-		}
-		wg.Go(func() {
-			_ = s.Run(ctx)
-			streamClient.CloseIdleConnections()
-		})
-	}
-	if p.cfg.KVCacheStatsPath != "" {
-		kv := &engine.Poller{Client: p.client, BaseURL: base, Path: p.cfg.KVCacheStatsPath, Sink: p, Logger: p.log}
-		wg.Go(func() { kv.Run(ctx) })
-	}
-	if d := p.cfg.EngineMetrics; d == engine.DialectVLLM || d == engine.DialectSGLang {
-		sc := &engine.Poller{
-			Client: p.client, BaseURL: base, Path: "/metrics", Sink: p, Logger: p.log, Dialect: d,
-			Metrics: engine.StreamMetrics{Set: p.metrics.set, Prefix: p.cfg.MetricsPrefix}, Now: p.now,
-		}
-		p.eng.mu.Lock()
-		p.eng.poller = sc
-		p.eng.mu.Unlock()
-		wg.Go(func() { sc.Run(ctx) })
-	}
-	if len(p.cfg.ModelNames) > 0 { // discovered names are the engine's own
-		wg.Go(func() { p.watchServedModels(ctx) })
-	}
-}
-
-type modelList struct {
-	Data []struct {
-		ID string `json:"id"`
-	} `json:"data"`
-}
-
-// discover polls GET /v1/models and applies the list (first poll retried every 500 ms).
-func (p *Pylon) discover(ctx context.Context) {
-	polls := func(outcome string) {
-		p.metrics.counter(mDiscoveryPolls + `{provider="openai",outcome="` + outcome + `"}`).Inc()
-	}
-	count := p.metrics.gauge(mDiscoveryModels + `{provider="openai"}`)
-	interval := 500 * time.Millisecond
-	for {
-		names, err := p.listModels()
-		if err != nil {
-			polls("error")
-			p.log.Debug("model_discovery_failed", "err", err)
-		} else {
-			polls("ok")
-			count.Set(float64(len(names)))
-			p.setModels(names)
-			interval = p.cfg.DiscoveryPollInterval
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (p *Pylon) listModels() ([]string, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(p.cfg.UpstreamBaseURL + "/v1/models")
-	if err := p.client.DoTimeout(req, resp, 5*time.Second); err != nil {
-		return nil, err
-	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, fmt.Errorf("GET /v1/models: status %d", resp.StatusCode())
-	}
-	var l modelList
-	if err := json.Unmarshal(resp.Body(), &l); err != nil {
-		return nil, fmt.Errorf("GET /v1/models: %w", err)
-	}
-	names := make([]string, 0, len(l.Data))
-	for _, m := range l.Data {
-		if m.ID != "" && !slices.Contains(names, m.ID) {
-			names = append(names, m.ID)
-		}
-	}
-	return names, nil
 }

@@ -1,0 +1,133 @@
+package pylon
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/pylon/register"
+)
+
+// publish tells every registrar that the snapshot changed (a no-op for a registrar that
+// already has a send pending).
+func (p *Pylon) publish() {
+	rs := p.registrars.Load()
+	if rs == nil {
+		return
+	}
+	for _, r := range *rs {
+		r.notify.Notify(p.sys.Root, r.pid)
+	}
+}
+
+// delivered tells what the gateway with id gatewayID holds of the current state through
+// the x-pylon-load headers of its own responses (register.Deps.Delivered): Held when no
+// model was added, retired or drained since its last registration and every model's
+// current snapshot reached it; Fresh when every model's snapshot reached it within the last
+// coalesce interval (its view is as fresh as a change-driven update would make it).
+func (p *Pylon) delivered(gatewayID string) register.Delivery {
+	p.sentMu.Lock()
+	sent, ok := p.sentStructure[gatewayID]
+	p.sentMu.Unlock()
+	if !ok || sent != p.structure.Load() {
+		return register.NotHeld
+	}
+	result := register.Held
+	gw := p.gateways.get(gatewayID)
+	recent := p.now().Add(-p.cfg.StatsUpdateCoalesce).UnixNano()
+	for _, e := range *p.models.Load() {
+		g := e.cur.Load()
+		if g == nil {
+			continue
+		}
+		held, at := g.deliveredTo(gw)
+		switch {
+		case held:
+		case at >= recent:
+			result = register.Fresh
+		default:
+			return register.NotHeld
+		}
+	}
+	return result
+}
+
+// snapshot is the registration for the gateway with id gatewayID.
+func (p *Pylon) snapshot(gatewayID string) control.Registration {
+	if gatewayID != "" {
+		p.sentMu.Lock()
+		p.sentStructure[gatewayID] = p.structure.Load()
+		p.sentMu.Unlock()
+	}
+	status := control.StatusActive
+	if p.draining.Load() || p.canaryFailing.Load() {
+		status = control.StatusInactive
+	}
+	reg := control.Registration{
+		ID: p.cfg.ID, URL: p.advertiseURL(), ClusterID: p.cfg.ClusterID, DispatchSeq: p.seqOf(gatewayID),
+		Models: map[string]control.Model{},
+	}
+	for name, e := range *p.models.Load() {
+		g := e.cur.Load()
+		if g == nil {
+			continue
+		}
+		s := g.snapshot(p.sys.Root)
+		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Build: s.build, Stats: control.StatsFromLoad(&s.load)}
+	}
+	return reg
+}
+
+// seqOf is the highest dispatch seq admitted from the gateway with id gatewayID (0: none).
+func (p *Pylon) seqOf(gatewayID string) uint64 {
+	if s := p.gateways.get(gatewayID); s != nil {
+		return s.seq.Load()
+	}
+	return 0
+}
+
+// advertiseURL is the URL gateways are told to send requests to: --advertise-url, else
+// the data listener's address.
+func (p *Pylon) advertiseURL() string {
+	if p.cfg.AdvertiseURL != "" {
+		return p.cfg.AdvertiseURL
+	}
+	if p.ln != nil {
+		return p.scheme() + p.ln.Addr().String()
+	}
+	return p.scheme() + p.cfg.ListenAddr
+}
+
+// scheme is the data listener's URL scheme and separator.
+func (p *Pylon) scheme() string {
+	if p.serverTLS != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// transport performs one control-plane request.
+func (p *Pylon) transport(_ context.Context, method, uri, token string, body []byte) (int, []byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(uri)
+	req.Header.SetMethod(method)
+	if p.token.Configured() {
+		token = p.token.Value()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(body)
+	}
+	if err := p.control.DoTimeout(req, resp, register.DefaultSendTimeout); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode(), bytes.Clone(resp.Body()), nil
+}
