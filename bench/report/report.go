@@ -52,6 +52,9 @@ type Run struct {
 type Report struct {
 	Meta
 	Runs []Run `json:"runs"`
+	// Expectations are the scenario's expect checks evaluated against Runs (none when the
+	// scenario has no expect section).
+	Expectations []score.Outcome `json:"expectations,omitempty"`
 }
 
 // JSON writes results.json.
@@ -184,6 +187,7 @@ func Markdown(w io.Writer, r *Report) error {
 		rows = append(rows, summaryRow(&r.Runs[i].Summary))
 	}
 	table(w, summaryHeader, rows)
+	markdownExpect(w, r.Expectations)
 
 	if len(r.Charts) > 0 {
 		fmt.Fprintf(w, "## Charts\n\n")

@@ -2,12 +2,17 @@ package report_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"image/png"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/switchyard/switchyard/bench/report"
+	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
 	"github.com/switchyard/switchyard/bench/score/scoretest"
 )
@@ -88,5 +93,88 @@ func TestCharts(t *testing.T) {
 		if sz := img.Bounds().Size(); sz.X < 500 || sz.Y < 300 {
 			t.Errorf("%s: image %v", name, sz)
 		}
+	}
+}
+
+// fixtureWithExpect is the fixture with outcomes of every kind: met and missed
+// comparisons, a ratio, "*", a rank and a check skipped because its algorithm did not run.
+func fixtureWithExpect() *report.Report {
+	r := fixture()
+	s := &scenario.Scenario{
+		Algorithms: []scenario.Algorithm{{Name: "round-robin"}, {Name: "wait-and-widen|affinity"}, {Name: "pulsar"}},
+		Expect: []scenario.Expectation{
+			{Metric: "cache_hit_rate", Algorithm: "round-robin", Op: ">=", RatioTo: "wait-and-widen|affinity", Value: ptr(1.5), Note: "spread keeps prefixes warm"},
+			{Metric: "success_rate", Algorithm: "*", Op: "==", Value: ptr(1)},
+			{Metric: "ttft_p99_ms", Algorithm: "round-robin", Op: "<=", RatioTo: "*", Value: ptr(1)},
+			{Metric: "fallbacks", Algorithm: "round-robin", Op: ">", Value: ptr(0)},
+			{Metric: "max_cluster_share", Algorithm: "wait-and-widen|affinity", Op: "<=", Value: ptr(0.6)},
+			{Metric: "goodput_rps", Algorithm: "pulsar", Op: ">=", Value: ptr(1)},
+		},
+	}
+	sums := make([]score.Summary, 0, len(r.Runs))
+	for i := range r.Runs {
+		sums = append(sums, r.Runs[i].Summary)
+	}
+	r.Expectations = score.Evaluate(s, sums)
+	return r
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// The expectations in the terminal output, in report.md (its own section after the
+// summary) and in results.json; none of them without an expect section.
+func TestExpectationsGolden(t *testing.T) {
+	t.Parallel()
+	r := fixtureWithExpect()
+	var txt bytes.Buffer
+	if err := report.Expectations(&txt, r.Expectations); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "expect.txt", txt.Bytes())
+
+	var md bytes.Buffer
+	if err := report.Markdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	doc := md.String()
+	start := strings.Index(doc, "## Expectations")
+	end := strings.Index(doc, "## Charts")
+	if start < 0 || end < start || start < strings.Index(doc, "## Summary") {
+		t.Fatalf("no expectations section between the summary and the charts:\n%s", doc)
+	}
+	golden(t, "expect.md", []byte(doc[start:end]))
+
+	var js bytes.Buffer
+	if err := report.JSON(&js, r); err != nil {
+		t.Fatal(err)
+	}
+	var back report.Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(r.Expectations, back.Expectations); d != "" {
+		t.Errorf("results.json expectations (-want +got):\n%s", d)
+	}
+
+	plain := fixture()
+	txt.Reset()
+	md.Reset()
+	js.Reset()
+	if err := report.Expectations(&txt, plain.Expectations); err != nil || txt.Len() != 0 {
+		t.Errorf("terminal output without expectations: %q, %v", txt.String(), err)
+	}
+	if err := report.Markdown(&md, plain); err != nil || strings.Contains(md.String(), "Expectations") {
+		t.Errorf("report.md without expectations mentions them (%v)", err)
+	}
+	if err := report.JSON(&js, plain); err != nil || strings.Contains(js.String(), "expectations") {
+		t.Errorf("results.json without expectations mentions them (%v)", err)
+	}
+}
+
+func TestExpectCounts(t *testing.T) {
+	t.Parallel()
+	met, missed, skipped := report.ExpectCounts(fixtureWithExpect().Expectations)
+	if met != 3 || missed != 3 || skipped != 1 {
+		t.Errorf("met %d, missed %d, skipped %d; want 3, 3, 1", met, missed, skipped)
 	}
 }

@@ -111,12 +111,23 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		a := &algs[i]
 		run, err := runOne(ctx, &o, a, &m, log)
 		if err != nil {
+			rep.Expectations = evaluate(s, rep.Runs)
 			return rep, fmt.Errorf("algorithm %s: %w", a.Name, err)
 		}
 		rep.Runs = append(rep.Runs, run)
 	}
 	rep.Charts = report.Charts(rep.Runs)
+	rep.Expectations = evaluate(s, rep.Runs)
 	return rep, nil
+}
+
+// evaluate checks the scenario's expect entries against the runs so far.
+func evaluate(s *scenario.Scenario, runs []report.Run) []score.Outcome {
+	sums := make([]score.Summary, 0, len(runs))
+	for i := range runs {
+		sums = append(sums, runs[i].Summary)
+	}
+	return score.Evaluate(s, sums)
 }
 
 func timeScale(f float64) float64 {

@@ -19,6 +19,8 @@ type Scenario struct {
 	TrafficPattern TrafficPattern `yaml:"traffic_pattern"`
 	Degradation    Degradation    `yaml:"degradation"`
 	Algorithms     []Algorithm    `yaml:"algorithms"`
+	// Expect lists machine-checked outcomes of a run (see Expectation); optional.
+	Expect []Expectation `yaml:"expect"`
 }
 
 // Metadata describes a scenario for humans; it has no effect on a run.

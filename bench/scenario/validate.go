@@ -43,6 +43,7 @@ func (s *Scenario) Validate() error {
 	s.TrafficPattern.validate(&p)
 	s.validateDegradation(&p)
 	s.validateAlgorithms(&p)
+	s.validateExpect(&p)
 	return errors.Join(p.errs...)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/bench/runner"
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/scenarios"
+	"github.com/switchyard/switchyard/bench/score"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -86,6 +87,7 @@ type runCmd struct {
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"30s" help:"How long each fleet may take to become routable."`
 	LogLevel     string        `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level of the runner's own messages (stderr)."`
+	Expect       bool          `default:"true" negatable:"" help:"Exit 1 when a check of the scenario's expect section is missed (--no-expect: report the checks, exit 0)."`
 }
 
 func (c *runCmd) Validate() error { return c.validate() }
@@ -125,7 +127,20 @@ func (c *runCmd) Run() error {
 		}
 		return err
 	}
-	return finish(os.Stdout, out, rep)
+	if err := finish(os.Stdout, out, rep); err != nil {
+		return err
+	}
+	return expectErr(rep.Expectations, c.Expect)
+}
+
+// expectErr is the run's verdict on its expect checks: an error naming how many missed
+// when enforce is set, else nil.
+func expectErr(outs []score.Outcome, enforce bool) error {
+	n := score.MissedCount(outs)
+	if n == 0 || !enforce {
+		return nil
+	}
+	return fmt.Errorf("%d of %d expect checks missed (listed above and in the report; --no-expect reports them without failing)", n, len(outs))
 }
 
 func finish(w io.Writer, out string, rep *report.Report) error {
@@ -139,6 +154,9 @@ func finish(w io.Writer, out string, rep *report.Report) error {
 	}
 	for _, ig := range rep.Ignored {
 		fmt.Fprintf(w, "ignored: %s\n", ig)
+	}
+	if err := report.Expectations(w, rep.Expectations); err != nil {
+		return err
 	}
 	fmt.Fprintf(w, "\nreport: %s\nresults: %s\ncharts:", paths[0], paths[1])
 	for _, p := range paths[2:] {

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/switchyard/switchyard/bench/fleet"
 	"github.com/switchyard/switchyard/bench/overhead"
+	"github.com/switchyard/switchyard/bench/score"
 )
 
 func TestListScenarios(t *testing.T) {
@@ -243,6 +246,49 @@ func TestCPUPerRequest(t *testing.T) {
 	for _, want := range []string{"engine 200.0 µs (7 paths)", "gateway 260.0 µs,", "pylon 100.0 µs (5 paths)", "proxy-pylon n/a"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in %q", want, got)
+		}
+	}
+}
+
+// bench run fails when an expect check is missed, unless --no-expect; met and skipped
+// checks (and none at all) never fail it.
+func TestExpectErrIsTheExitStatus(t *testing.T) {
+	t.Parallel()
+	met := score.Outcome{Status: score.Met}
+	missed := score.Outcome{Status: score.Missed}
+	skipped := score.Outcome{Status: score.Skipped}
+	for _, c := range []struct {
+		name    string
+		outs    []score.Outcome
+		enforce bool
+		fails   bool
+	}{
+		{"no expect section", nil, true, false},
+		{"all met", []score.Outcome{met, met}, true, false},
+		{"met and skipped", []score.Outcome{met, skipped}, true, false},
+		{"one missed", []score.Outcome{met, missed, skipped}, true, true},
+		{"one missed, --no-expect", []score.Outcome{met, missed}, false, false},
+	} {
+		err := expectErr(c.outs, c.enforce)
+		if (err != nil) != c.fails {
+			t.Errorf("%s: error %v, want failure %v", c.name, err, c.fails)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "1 of 3 expect checks missed") {
+			t.Errorf("%s: error %q", c.name, err)
+		}
+	}
+	for args, want := range map[string]bool{"": true, "--no-expect": false, "--expect": true} {
+		var c cli
+		p, err := kong.New(&c, kong.Name("bench"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		argv := append([]string{"run", "--scenario", "demo"}, strings.Fields(args)...)
+		if _, err := p.Parse(argv); err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		if c.Run.Expect != want {
+			t.Errorf("%v: Expect %v, want %v", argv, c.Run.Expect, want)
 		}
 	}
 }
