@@ -1,8 +1,3 @@
-// Package actors is the shared actor kit: actor-system construction with our slog logger,
-// the inline mailbox for actors on a request's path (InlineMailbox, InlineProps), a
-// one-timer alarm for actors that keep their own deadline heap, and a periodic loop for
-// background work. Nothing here is global: one system per component instance (and per
-// test). doc.go says what protoactor still provides and what the mailbox replaces.
 package actors
 
 import (

@@ -27,7 +27,8 @@ import (
 // dispatcher.Throughput() messages in one run. Messages of one sender keep their order: a
 // message is invoked directly only when the mailbox is idle and both queues are empty.
 // Memory is bounded by the queued messages: a queue grown by a burst is released once it
-// drains.
+// drains. mailbox_contract_test.go runs these behaviours against protoactor's default
+// mailbox too; doc.go lists the deliberate differences.
 //
 // Not supported (none of our actors uses them): mailbox middlewares and protoactor's
 // MessageBatch unpacking. As with the synchronized dispatcher, a sender that finds the

@@ -353,9 +353,11 @@ func (a *genActor) publish(now time.Time) {
 	g.dirty.Store(false)
 }
 
-// Messages of the generation actor (immutable once sent). Those with a reply channel are
-// answered exactly once.
+// Messages of the generation actor, all sent as pointers and not changed once sent. Those
+// with a reply channel are answered exactly once; they live in a request's pooled callMsgs,
+// recycled when the request is done (see callMsgs), and their channels come from replyPool.
 type (
+	// requestAdmitted asks for admission of a request (pooled in callMsgs).
 	requestAdmitted struct {
 		id          string
 		priority    uint32
@@ -365,18 +367,22 @@ type (
 		from        stats.Dispatch // the dispatching gateway and its seq (zero: none)
 		reply       chan reply
 	}
+	// reply is the actor's answer on a message's reply channel (a value).
 	reply struct {
 		decision    admission.Decision
 		unavailable bool
 	}
+	// responseStarted says the engine's response began (pooled in callMsgs).
 	responseStarted struct {
 		id    string
 		reply chan reply
 	}
+	// firstOutput is the first output token of a streamed response.
 	firstOutput struct {
 		id string
 		at time.Time
 	}
+	// finished ends a streamed response.
 	finished struct {
 		id           string
 		at           time.Time
@@ -384,7 +390,7 @@ type (
 		decode       time.Duration
 	}
 	// completed reports a buffered (non-streamed) response: headers, output (when
-	// output) and completion at one instant, in one message.
+	// output) and completion at one instant, in one message (pooled in callMsgs).
 	completed struct {
 		id           string
 		at           time.Time
@@ -393,9 +399,12 @@ type (
 		reply        chan reply
 	}
 	// flush asks for the snapshot to be rebuilt if it is stale.
-	flush   struct{ reply chan reply }
+	flush struct{ reply chan reply }
+	// updated carries engine stats; the update's pointers are the engine loop's, handed
+	// over and read only (one update for every model shares them).
 	updated struct{ update stats.Update }
-	retire  struct{}
+	// retire says the model is no longer served: the generation ends after RetireGrace.
+	retire struct{}
 )
 
 func (m *requestAdmitted) replyTo() chan reply { return m.reply }

@@ -68,11 +68,13 @@ func (m *BackendChanged) release() {
 // serving the model).
 type BackendRemoved struct{ ID string }
 
-// Route asks the scheduler to route a pending request (first attempt or retry).
+// Route asks the scheduler to route a pending request (first attempt or retry). P is a
+// pointer hand-off: the scheduler owns it until it answers on P.Mailbox (see Pending).
 type Route struct{ P *Pending }
 
 // Cancel withdraws a parked request (its client went away); the scheduler answers on the
-// request's mailbox with OutcomeCancelled unless it had granted it already.
+// request's mailbox with OutcomeCancelled unless it had granted it already. P is the
+// request of an earlier Route: the sender leaves it alone until the answer arrives.
 type Cancel struct{ P *Pending }
 
 // Release drops the routing reservation of a dispatch that never started on the backend

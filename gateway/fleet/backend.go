@@ -11,19 +11,26 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 )
 
-// Messages of the backend actor.
+// Messages of the backend actor. All are values except loadReported, which travels as a
+// pooled pointer (see reportPool).
 type (
+	// registered is a (re-)registration; reg and its Models map belong to the actor once
+	// sent (Fleet.Register's caller does not keep them).
 	registered struct {
 		reg control.Registration
 		at  time.Time
 	}
+	// loadReported is a pylon's x-pylon-load report, sent as *loadReported from reportPool;
+	// the actor owns it once sent and puts it back after applying it.
 	loadReported struct {
 		report control.LoadReport
 		at     time.Time
 	}
 	// reportReady says the backend's report slot holds a report (see Fleet.ReportLoad).
-	reportReady  struct{}
-	rttMeasured  struct{ rtt time.Duration }
+	reportReady struct{}
+	// rttMeasured is the round trip of a health probe.
+	rttMeasured struct{ rtt time.Duration }
+	// deregistered says the pylon deregistered: the backend leaves at once, as on expiry.
 	deregistered struct{}
 	// stateRequest asks for the backend's State (debug, /v1/models, scrape-time metrics).
 	stateRequest struct{}
