@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -80,6 +81,7 @@ type afterResponse struct {
 	algorithm string
 	rank      int
 	kvSkipped bool
+	session   lb.SessionState
 	routing   time.Duration
 	// attempt
 	b        *fleet.Backend
@@ -113,14 +115,14 @@ func (a *afterResponse) begin(g *Gateway, ts *targetSeries, replayBytes int) {
 // setSelection records a grant; one still pending from an earlier attempt is counted first.
 func (a *afterResponse) setSelection(algorithm string, out *dispatch.Outcome) {
 	a.runSelection()
-	a.algorithm, a.rank, a.kvSkipped, a.routing = algorithm, out.RankDepth, out.KVSkipped, out.Routing
+	a.algorithm, a.rank, a.kvSkipped, a.routing, a.session = algorithm, out.RankDepth, out.KVSkipped, out.Routing, out.Session
 	a.pending |= afterSelection
 }
 
 func (a *afterResponse) runSelection() {
 	if a.pending&afterSelection != 0 {
 		a.pending &^= afterSelection
-		a.ts.selected(a.algorithm, a.rank, a.kvSkipped, a.routing)
+		a.ts.selected(a.algorithm, a.rank, a.kvSkipped, a.routing, a.session)
 	}
 }
 

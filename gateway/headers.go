@@ -34,6 +34,7 @@ type routing struct {
 	method        string
 	hasMethod     bool
 	affinityKey   string
+	lastCluster   string // x-stargate-last-cluster-id (last_cluster_affinity)
 	priority      uint32
 	slo           time.Duration
 	maxWait       time.Duration
@@ -76,6 +77,7 @@ const (
 	hPriority
 	hSLO
 	hMaxWait
+	hLastCluster
 	hBudget
 	nRoutingHeaders
 )
@@ -84,7 +86,7 @@ var routingHeaderNames = [nRoutingHeaders]string{
 	hRequestID: control.HeaderRequestID, hModel: control.HeaderModel, hInputTokens: control.HeaderInputTokens,
 	hRoutingKey: control.HeaderRoutingKey, hRoutingMethod: control.HeaderRoutingMethod,
 	hAffinityKey: control.HeaderCacheAffinityKey, hPriority: control.HeaderPriority,
-	hSLO: control.HeaderRequestSLOMs, hMaxWait: control.HeaderMaxWaitMs,
+	hSLO: control.HeaderRequestSLOMs, hMaxWait: control.HeaderMaxWaitMs, hLastCluster: control.HeaderLastClusterID,
 }
 
 // routingNames matches the routing headers but the configurable retry budget.
@@ -177,9 +179,10 @@ func (rh *routingHeaders) name(i int, budgetHeader string) string {
 	return routingHeaderNames[i]
 }
 
-func (rh *routingHeaders) str(i int) (string, bool, error) {
-	v, ok, err := rh.valid(i)
-	return string(v), ok, err
+// str returns header i's value as a copy ("" when absent).
+func (rh *routingHeaders) str(i int) (string, error) {
+	v, _, err := rh.valid(i)
+	return string(v), err
 }
 
 // view is str without the copy: the string views the header's bytes (see routing).
@@ -264,12 +267,16 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 	if r.method, r.hasMethod, err = rh.view(hRoutingMethod); err != nil {
 		return r, err
 	}
-	if r.affinityKey, _, err = rh.str(hAffinityKey); err != nil {
+	if r.affinityKey, err = rh.str(hAffinityKey); err != nil {
 		return r, err
 	}
 	if strings.TrimSpace(r.affinityKey) == "" {
 		r.affinityKey = ""
 	}
+	if r.lastCluster, err = rh.str(hLastCluster); err != nil {
+		return r, err
+	}
+	r.lastCluster = strings.TrimSpace(r.lastCluster)
 	p, _, err := rh.uint(hPriority, 32, budgetHeader)
 	if err != nil {
 		return r, err

@@ -122,6 +122,7 @@ var forgedHeaders = []struct {
 	{"x-pylon-load", "v=1;m=m;q=987654", forgedStripped},
 	{"x-stargate-upstream-retryable", "true", forgedStripped},   // the engine's retry signal to its pylon
 	{"x-stargate-cluster-id", "forged-cluster", forgedStripped}, // response headers of the gateway
+	{"x-stargate-last-cluster-id", "c1", forgedStripped},        // a routing header the gateway consumes
 	{"x-inference-server-id", "forged-backend", forgedStripped},
 	{"x-inference-server-url", "http://forged:1", forgedStripped},
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lb"
 )
 
 // Metric names (without the configurable prefix): the reference router's, plus ours.
@@ -22,6 +23,7 @@ const (
 	mRetryExhausted   = "proxy_retry_exhausted_total"
 	mSelections       = "routing_selections_total"
 	mKVFallback       = "routing_kv_free_token_fallback_selections_total"
+	mSessions         = "routing_session_selections_total"
 	mAdmission        = "admission_rejections_total"
 	mRoutingRejects   = "routing_rejections_total"
 	mProxyDuration    = "proxy_duration_seconds"
@@ -226,8 +228,9 @@ func (m *gatewayMetrics) inc(name string, kv ...string) {
 }
 
 // selected counts a grant of t: its algorithm, primary or fallback, a KV-free-token
-// fallback, and the routing time of a request's first grant (routing < 0: a retry's).
-func (ts *targetSeries) selected(algorithm string, rank int, kvSkipped bool, routing time.Duration) {
+// fallback, the session state under last_cluster_affinity, and the routing time of a
+// request's first grant (routing < 0: a retry's).
+func (ts *targetSeries) selected(algorithm string, rank int, kvSkipped bool, routing time.Duration, session lb.SessionState) {
 	selection := "primary"
 	if rank > 1 {
 		selection = "fallback"
@@ -241,6 +244,10 @@ func (ts *targetSeries) selected(algorithm string, rank int, kvSkipped bool, rou
 	c.(*metrics.Counter).Inc()
 	if kvSkipped {
 		m.inc(mKVFallback, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm)
+	}
+	if session != lb.SessionNone {
+		m.inc(mSessions, "routing_key", t.RoutingKey, "model", t.Model, "algorithm", algorithm,
+			"session_state", session.String(), "selection", selection)
 	}
 	if routing >= 0 {
 		ts.routing.Update(routing.Seconds())

@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
@@ -29,6 +30,7 @@ var internalRequest = []string{
 	control.HeaderRoutingMethod, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs,
 	control.HeaderExpectedQueueMs, control.HeaderErrorCode, control.HeaderDispatchSeq, control.HeaderPylonLoad,
 	control.HeaderUpstreamRetryable, control.HeaderClusterID, control.HeaderInferenceServerID, control.HeaderInferenceServerURL,
+	control.HeaderLastClusterID,
 }
 
 // internalResponse are pylon headers the gateway strips before the client.
@@ -185,6 +187,10 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	p.Entry = &r.entry // r is immutable
 	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
 	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
+	p.Req.LastCluster = rt.lastCluster
+	if r.entry.PrefixAffinity && rt.affinityKey == "" {
+		p.Req.Prefix = lb.AppendPrefixHashes(p.Req.Prefix[:0], r.target.Model, promptContent(body))
+	}
 	st := attemptState{after: afterFor(ctx)}
 	if st.deferred = st.after != nil; !st.deferred {
 		st.after = new(afterResponse)

@@ -21,6 +21,7 @@ const (
 	HeaderUpstreamRetryable  = "x-stargate-upstream-retryable"
 	HeaderErrorCode          = "x-stargate-error-code"
 	HeaderClusterID          = "x-stargate-cluster-id"
+	HeaderLastClusterID      = "x-stargate-last-cluster-id"
 	HeaderInferenceServerID  = "x-inference-server-id"
 	HeaderInferenceServerURL = "x-inference-server-url"
 	HeaderPylonLoad          = "x-pylon-load"

@@ -116,6 +116,8 @@ type Outcome struct {
 	HasExpected     bool
 	RankDepth       int
 	KVSkipped       bool
+	// Session is how last_cluster_affinity classified the request's session.
+	Session lb.SessionState
 	// TTFT is the backend's estimated time to first byte for this request (RTT + queue +
 	// prefill); HasTTFT is false when it is unknown (no usable throughput). InputTPS is the
 	// backend's input throughput the estimate used.
@@ -190,7 +192,7 @@ func (pp *PendingPool) Release(p *Pending) {
 	}
 	clear(p.Req.Excluded)
 	clear(p.FailedBackends)
-	*p = Pending{Mailbox: p.Mailbox, Req: lb.Request{Excluded: p.Req.Excluded[:0]}, FailedBackends: p.FailedBackends[:0]}
+	*p = Pending{Mailbox: p.Mailbox, Req: lb.Request{Excluded: p.Req.Excluded[:0], Prefix: p.Req.Prefix[:0]}, FailedBackends: p.FailedBackends[:0]}
 	pp.pool.Put(p)
 }
 

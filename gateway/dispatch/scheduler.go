@@ -630,7 +630,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	b := s.backends[backendID]
 	out := Outcome{
 		Kind: OutcomeGranted, BackendID: backendID, ClusterID: cand.ClusterID,
-		RankDepth: d.RankDepth, KVSkipped: d.KVSkipped,
+		RankDepth: d.RankDepth, KVSkipped: d.KVSkipped, Session: d.Session,
 	}
 	q := cand.Load.EffectiveQueue(p.Req.Priority)
 	if q.IsFinite() {

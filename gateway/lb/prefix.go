@@ -63,7 +63,7 @@ func (x *prefixIndex) cachedScales(s *Snapshot, r *Request) (scales []float64, b
 	for i := range s.Candidates {
 		cached := uint64(0)
 		if c := x.clusters[s.Candidates[i].ClusterID]; c != nil {
-			cached = min(uint64(c.matched(r.Prefix, r.At, x.ttl))*per, r.InputTokens)
+			cached = min(uint64(c.matched(r.Prefix, r.At, x.ttl))*per, r.InputTokens) //nolint:gosec // a block count is never negative
 		}
 		scale := 1.0
 		if r.InputTokens > 0 {
@@ -71,7 +71,7 @@ func (x *prefixIndex) cachedScales(s *Snapshot, r *Request) (scales []float64, b
 		}
 		scales = append(scales, scale)
 		if cached > most {
-			most, best = cached, int32(i) //nolint:gosec // candidate counts fit int32
+			most, best = cached, int32(i)
 		}
 	}
 	x.scales = scales

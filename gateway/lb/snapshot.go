@@ -69,7 +69,7 @@ func (s *Snapshot) index(id string) int32 {
 	}
 	for i := range s.Candidates {
 		if s.Candidates[i].ClusterID == id {
-			return int32(i) //nolint:gosec // candidate counts fit int32
+			return int32(i)
 		}
 	}
 	return -1
