@@ -15,7 +15,7 @@ BENCHCOUNT ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build test openai-client race cover e2e fuzz bench lint deadcode fmt tidy-check tools demo overhead chaos soak clean
+.PHONY: help build test openai-client race cover e2e fuzz bench lint deadcode fmt tidy-check tools demo quality overhead chaos soak clean
 
 help: ## List the targets with a one-line description each.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -85,6 +85,20 @@ $(TOOLS)/deadcode:
 
 demo: build ## Compare four routing algorithms on a prefix-reuse workload on local mock engines (~75 s).
 	./$(BIN)/bench run --scenario bench/scenarios/demo.yaml --out out/demo
+
+# The scenarios whose expect sections check routing quality, run one after another at
+# QUALITY_TIME_SCALE (1 = the scenarios' own timing: about 10 minutes on the 2-core VM,
+# half of it overload-6-backends). Every scenario runs; the target fails at the end if
+# any missed a check.
+QUALITY_SCENARIOS ?= lb-balance-smoke-2c2p-1s demo lb-balance-prefix-reuse-pulsar-wait-and-widen-slo-4c2p-1s lb-balance-prefix-reuse-4c2p-2s overload-6-backends
+QUALITY_TIME_SCALE ?= 1
+
+quality: build ## Routing-quality scenarios checked against their expect sections; fails on a miss (~10 min; QUALITY_SCENARIOS, QUALITY_TIME_SCALE).
+	@failed=""; for s in $(QUALITY_SCENARIOS); do \
+	  ./$(BIN)/bench run --scenario $$s --time-scale $(QUALITY_TIME_SCALE) --out out/quality/$$(basename $$s .yaml) || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make quality: missed expect checks (or a failed run) in:$$failed; reports in out/quality/"; exit 1; fi; \
+	echo "make quality: every expect check met; reports in out/quality/"
 
 overhead: build ## Latency the pylon and the gateway add vs a bare fasthttp proxy, each component in its own process (~1 min).
 	./$(BIN)/bench overhead

@@ -3,10 +3,11 @@ package report
 import (
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
 )
 
@@ -21,10 +22,17 @@ func metricText(metric string, v *float64) string {
 		return fmt.Sprintf("%.2f/s", *v)
 	case strings.HasSuffix(metric, "_tps"):
 		return fmt.Sprintf("%.1f tok/s", *v)
-	case *v == math.Trunc(*v) && math.Abs(*v) < 1e15:
+	case slices.Contains(countMetrics, metric):
 		return num(*v)
 	}
 	return fmt.Sprintf("%.3f", *v)
+}
+
+// countMetrics are the expectation metrics that count events (the others are rates,
+// shares and balances, or carry their unit in their name).
+var countMetrics = []string{
+	scenario.MetricCacheEvictions, scenario.MetricFallbacks, scenario.MetricRetries, scenario.MetricQueueMismatchRetries,
+	scenario.MetricAdmissionRejected, scenario.MetricAdmissionDisabled, scenario.MetricFailures,
 }
 
 // observedText renders an outcome's observed values: the algorithm's, then the one it
