@@ -124,6 +124,15 @@ type Outcome struct {
 	TTFT     time.Duration
 	HasTTFT  bool
 	InputTPS float64
+	// Estimate is the routing decision's TTFT estimate of the granted cluster: the
+	// balancer's own (with whatever prefill discount it applied), or RTT + queue + full
+	// prefill for a balancer that does not estimate, with the cluster's learned correction
+	// when the request's algorithm applies it. HasEstimate is false when it is not a
+	// positive finite time. Feedback takes the attempt's observed time to first byte back
+	// to the correction.
+	Estimate    time.Duration
+	HasEstimate bool
+	Feedback    Feedback
 	// Routing is the time from arrival to this first grant (< 0 for a retry's grant).
 	Routing time.Duration
 	// Rejected

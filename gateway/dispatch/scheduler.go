@@ -69,6 +69,15 @@ type State struct {
 	// those ejected but kept as candidates by the cap.
 	Ejected        []string `json:"ejected,omitempty"`
 	EjectedOverCap []string `json:"ejected_over_cap,omitempty"`
+	// TTFTCorrections are the clusters' learned TTFT corrections (factor and the
+	// observations behind it), for the clusters that have observations.
+	TTFTCorrections map[string]CorrectionState `json:"ttft_corrections,omitempty"`
+}
+
+// CorrectionState is one cluster's TTFT correction in State.
+type CorrectionState struct {
+	Factor       float64 `json:"factor"`
+	Observations int     `json:"observations"`
 }
 
 type reservation struct {
@@ -96,6 +105,10 @@ type clusterInfo struct {
 	seen     bool     // present in the last snapshot
 	idx      int      // index of the cluster's candidate in the snapshot
 	stale    bool     // listed in Scheduler.stale
+	// ttft is the cluster's TTFT correction; members hashes the backends it learned about
+	// (a change of backends resets it).
+	ttft    *ttftCell
+	members uint64
 }
 
 // Scheduler is the actor of one routing target: it owns the candidate snapshot, the
@@ -134,6 +147,10 @@ type Scheduler struct {
 	tpsMedian  float64
 	tpsScratch []float64
 	ejScratch  []*backendState
+	// cells are the candidates' TTFT corrections, index for index; corrected says the
+	// snapshot's candidates may carry a correction (see correct).
+	cells     []*ttftCell
+	corrected bool
 }
 
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
@@ -379,7 +396,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 	})
 	s.capEjections()
 	s.tpsMedian = s.medianTPS()
-	candidates := s.cands[:0]
+	candidates, cells := s.cands[:0], s.cells[:0]
 	for _, info := range s.clusters {
 		info.seen = false
 	}
@@ -394,6 +411,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		if cand, ok := s.clusterCandidate(cluster, info.backends); ok {
 			candidates = append(candidates, cand)
 			info.seen, info.stale, info.idx = true, false, len(candidates)-1
+			cells = append(cells, info.correction())
 		}
 	}
 	for _, id := range s.order {
@@ -417,7 +435,8 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 	}
 	flush()
 	clear(candidates[len(candidates):cap(candidates)]) // drop stale load slices
-	s.cands = candidates
+	clear(cells[len(cells):cap(cells)])
+	s.cands, s.cells, s.corrected = candidates, cells, false
 	for c, info := range s.clusters {
 		if !info.seen {
 			delete(s.clusters, c)
@@ -427,6 +446,48 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 	s.snapshot = &s.snapBuf
 	s.dirty = false
 	return s.snapshot
+}
+
+// correction returns the cluster's TTFT correction, new for a cluster seen for the first
+// time and reset when its backends are not the ones it learned about (info.backends just
+// rebuilt, sorted).
+func (info *clusterInfo) correction() *ttftCell {
+	var (
+		h   xxh3.Hasher
+		sep [1]byte
+	)
+	h.Reset()
+	for _, id := range info.backends {
+		_, _ = h.WriteString(id)
+		_, _ = h.Write(sep[:])
+	}
+	members := h.Sum64()
+	switch {
+	case info.ttft == nil:
+		info.ttft = newTTFTCell()
+	case members != info.members:
+		info.ttft.reset()
+	default:
+	}
+	info.members = members
+	return info.ttft
+}
+
+// correct makes the snapshot's candidates carry their clusters' current TTFT corrections
+// (on) or none (off), before a decision. With correction on, every decision reads the
+// latest factors (one atomic load per candidate); off costs nothing once cleared.
+func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
+	if !on && !s.corrected {
+		return
+	}
+	for i := range snap.Candidates {
+		f := 0.0
+		if on {
+			f = s.cells[i].Factor()
+		}
+		snap.Candidates[i].Correction = f
+	}
+	s.corrected = on
 }
 
 // fullRebuildEvery bounds how long the snapshot is only patched in place: a whole rebuild
@@ -530,6 +591,7 @@ func (s *Scheduler) try(p *Pending) {
 			default:
 			}
 		}
+		s.correct(snap, p.Entry.TTFTCorrection)
 		if p.PreferCluster != "" {
 			c := p.PreferCluster
 			p.PreferCluster = ""
@@ -642,6 +704,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	if ttft := load.MillisOf(b.view.RTT) + q + load.WorkTime(float64(p.Req.InputTokens), out.InputTPS); ttft.IsFinite() {
 		out.TTFT, out.HasTTFT = ttft.Duration(), true
 	}
+	s.estimate(&out, p, cand, d)
 	if b.view.Seq != nil {
 		out.Seq = b.view.Seq.Add(1)
 	}
@@ -652,6 +715,27 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 		p.routed, out.Routing = true, elapsed
 	}
 	p.Mailbox <- out
+}
+
+// estimate fills out's TTFT estimate of the granted candidate (the decision's, or a full
+// prefill one when the balancer does not estimate) and the feedback that takes the
+// observed time to first byte back to the candidate's correction, uncorrected.
+func (s *Scheduler) estimate(out *Outcome, p *Pending, cand *lb.Candidate, d lb.Decision) {
+	est := d.TTFT
+	if est == 0 {
+		est = cand.Estimate(&p.Req, 1, load.Ignore{}).Comparator
+	}
+	if !est.IsFinite() || est <= 0 {
+		return
+	}
+	out.Estimate, out.HasEstimate = est.Duration(), true
+	if f := load.Millis(cand.Correction); f > 0 {
+		est /= f
+	}
+	if d.Index >= 0 && d.Index < len(s.cells) {
+		cell := s.cells[d.Index]
+		out.Feedback = Feedback{cell: cell, gen: cell.generation(), raw: est.Duration()}
+	}
 }
 
 func (s *Scheduler) reject(p *Pending, out Outcome) {
@@ -701,6 +785,17 @@ func (s *Scheduler) stateNow() *State {
 	}
 	slices.Sort(st.Ejected)
 	slices.Sort(st.EjectedOverCap)
+	for c, info := range s.clusters {
+		if info.ttft == nil {
+			continue
+		}
+		if cs := info.ttft.state(); cs.Observations > 0 {
+			if st.TTFTCorrections == nil {
+				st.TTFTCorrections = map[string]CorrectionState{}
+			}
+			st.TTFTCorrections[c] = cs
+		}
+	}
 	return st
 }
 

@@ -17,12 +17,21 @@ type Candidate struct {
 	Load      load.Load
 	// Backends is the number of active backends aggregated into this candidate.
 	Backends int
+	// Correction multiplies the candidate's TTFT estimates (TTFT and Comparator; not their
+	// Queue and Prefill terms): the ratio of observed to estimated times to first byte the
+	// gateway learned for this cluster. 0 (the zero value) and 1 correct nothing.
+	Correction float64
 }
 
-// Estimate is c's TTFT estimate for r with its prefill scaled by scale: the one place every
-// estimating balancer gets a candidate's estimate from.
+// Estimate is c's TTFT estimate for r with its prefill scaled by scale, corrected by
+// c.Correction: the one place every estimating balancer gets a candidate's estimate from.
 func (c *Candidate) Estimate(r *Request, scale float64, ignore load.Ignore) load.Estimate {
-	return c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, scale, ignore)
+	e := c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, scale, ignore)
+	if f := load.Millis(c.Correction); f > 0 && f != 1 {
+		e.TTFT *= f
+		e.Comparator *= f
+	}
+	return e
 }
 
 // Snapshot is the immutable candidate set of one routing target (routing key × model) at

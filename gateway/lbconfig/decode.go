@@ -31,6 +31,9 @@ const (
 // fieldTieTolerance is the near-tie band of power-of-n and wait-and-widen.
 const fieldTieTolerance = "tie_tolerance_ms"
 
+// fieldTTFTCorrection switches the learned TTFT correction of the estimating algorithms.
+const fieldTTFTCorrection = "ttft_correction"
+
 // commonFields are accepted on every detailed entry.
 var commonFields = []string{
 	fieldAlgorithm, "require_cache_affinity_key", "require_input_tokens",
@@ -42,13 +45,13 @@ var wawFields = []string{
 	"comparator", "seed", "cache_affinity_virtual_nodes", "cache_affinity_backend_selection_count",
 	"cache_affinity_wait_ms", "cache_affinity_input_tokens_scale", fieldQueueFloor, fieldQueueCeil,
 	"ttft_bucket_size_ms", "next_bucket_unlock_factor", "n", "max_queued", "ignore_queue_time",
-	"ignore_input_processing_time", "last_cluster_affinity",
+	"ignore_input_processing_time", "last_cluster_affinity", fieldTTFTCorrection,
 }
 
 // algorithmFields lists the algorithm-specific fields of each algorithm. A comparator is
 // decoded for pulsar-wait-and-widen so that Validate can refuse it by name.
 var algorithmFields = [numAlgorithms][]string{
-	PowerOfN: {"sample_count", "comparator", fieldTieTolerance},
+	PowerOfN: {"sample_count", "comparator", fieldTieTolerance, fieldTTFTCorrection},
 	WaitAndWiden: append(slices.Clone(wawFields), fieldTieTolerance, "session_affinity_ttl_ms", "session_table_size",
 		"prefix_affinity", "prefix_index_blocks", "prefix_index_ttl_ms"),
 	RoundRobin:         nil,
@@ -365,6 +368,8 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.PrefixIndexTTL, raw, decodeMillis)
 	case "last_cluster_affinity":
 		return assign(&e.LastClusterAffinity, raw, decodeBool)
+	case fieldTTFTCorrection:
+		return assign(&e.TTFTCorrection, raw, decodeBool)
 	default: // not reachable: supports() admits only the fields above
 		return errors.New("unsupported field")
 	}

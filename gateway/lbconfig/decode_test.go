@@ -170,7 +170,7 @@ func TestParse(t *testing.T) {
 				"ttft_bucket_size_ms":0,"next_bucket_unlock_factor":-0.5,"n":3,"max_queued":18446744073709551615,
 				"ignore_queue_time":true,"ignore_input_processing_time":true,"tie_tolerance_ms":5,
 				"session_affinity_ttl_ms":0,"session_table_size":10,"prefix_affinity":true,"prefix_index_blocks":64,
-				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,
+				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,"ttft_correction":false,
 				"require_cache_affinity_key":false,"require_input_tokens":true,"max_input_work_seconds":0}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: Entry{
 				Algorithm: WaitAndWiden, Name: "wait-and-widen", RequireInputTokens: true,
@@ -301,6 +301,14 @@ func TestParseErrors(t *testing.T) {
 		{
 			"wait-and-widen fields on power-of-n", `{"models":{"m":{"algorithm":"power-of-n","n":2,"seed":"s","ttft_bucket_size_ms":5}}}`,
 			[]string{`models["m"]: power-of-n config does not support field(s): n, seed, ttft_bucket_size_ms`},
+		},
+		{
+			"ttft_correction on round-robin", `{"models":{"m":{"algorithm":"round-robin","ttft_correction":true}}}`,
+			[]string{`models["m"]: round-robin config does not support field(s): ttft_correction`},
+		},
+		{
+			"ttft_correction not a boolean", `{"models":{"m":{"algorithm":"power-of-n","ttft_correction":"off"}}}`,
+			[]string{`models["m"].ttft_correction: must be a boolean, not string`},
 		},
 		{
 			"sample_count on pulsar-wait-and-widen", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","sample_count":2}}}`,

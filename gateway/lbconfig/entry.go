@@ -136,11 +136,21 @@ type Entry struct {
 	// ConsiderKVFreeTokens skips clusters without enough free KV tokens (pulsar and
 	// pulsar-wait-and-widen only; consider_kv_free_tokens).
 	ConsiderKVFreeTokens bool
+
+	// TTFTCorrection is ttft_correction (power-of-n, wait-and-widen and
+	// pulsar-wait-and-widen, the algorithms that estimate TTFT): each cluster's TTFT
+	// estimates are multiplied by the ratio of observed to estimated times to first byte
+	// the gateway learned for that cluster and routing target (docs/routing.md). The
+	// gateway learns the ratio whatever this setting; off, the estimates are the load
+	// reports' alone. Default on (DefaultEntry); an Entry built in code without
+	// DefaultEntry has it off.
+	TTFTCorrection bool
 }
 
 // DefaultEntry returns the definition of a with default settings and its canonical name.
 func DefaultEntry(a Algorithm) Entry {
 	e := Entry{Algorithm: a, Name: a.String()}
+	e.TTFTCorrection = a.estimatesTTFT()
 	switch a {
 	case PowerOfN:
 		e.SampleCount = DefaultSampleCount
@@ -177,6 +187,12 @@ func (a Algorithm) hasWAWSettings() bool { return a == WaitAndWiden || a == Puls
 
 // takesComparator reports whether the algorithm has a configurable comparator.
 func (a Algorithm) takesComparator() bool { return a == PowerOfN || a == WaitAndWiden }
+
+// estimatesTTFT reports whether the algorithm ranks candidates by TTFT estimates (and so
+// takes ttft_correction).
+func (a Algorithm) estimatesTTFT() bool {
+	return a == PowerOfN || a == WaitAndWiden || a == PulsarWaitAndWiden
+}
 
 // takesSeed reports whether the algorithm hashes with a seed.
 func (a Algorithm) takesSeed() bool {
@@ -218,6 +234,9 @@ func (e Entry) problems() []error {
 	}
 	if !e.Algorithm.isPulsar() && e.ConsiderKVFreeTokens {
 		add("consider_kv_free_tokens is not supported for %s", e.Algorithm)
+	}
+	if !e.Algorithm.estimatesTTFT() && e.TTFTCorrection {
+		add("ttft_correction is not supported for %s, which does not estimate TTFT", e.Algorithm)
 	}
 	if e.Algorithm == PowerOfN && (e.SampleCount < MinSampleCount || e.SampleCount > MaxSampleCount) {
 		add("power-of-n sample_count must be between %d and %d", MinSampleCount, MaxSampleCount)

@@ -29,12 +29,13 @@ func TestDefaultEntry(t *testing.T) {
 		SessionTableSize:   65536,
 		PrefixIndexBlocks:  16384,
 		PrefixIndexTTL:     10 * time.Minute,
+		TTFTCorrection:     true,
 	}
 	pwaw := waw
 	pwaw.Algorithm, pwaw.Name, pwaw.Comparator, pwaw.TieTolerance = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone, 0
 	pwaw.SessionTTL, pwaw.SessionTableSize, pwaw.PrefixIndexBlocks, pwaw.PrefixIndexTTL = 0, 0, 0, 0
 	want := []Entry{
-		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 5 * time.Millisecond},
+		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 5 * time.Millisecond, TTFTCorrection: true},
 		waw,
 		{Algorithm: RoundRobin, Name: "round-robin"},
 		{Algorithm: Random, Name: "random"},
@@ -90,6 +91,8 @@ func TestEntryValidate(t *testing.T) {
 		{"seed on pulsar", with(Pulsar, func(e *Entry) { e.Seed = "s" }), nil},
 		{"kv on wait-and-widen", with(WaitAndWiden, func(e *Entry) { e.ConsiderKVFreeTokens = true }), []string{"consider_kv_free_tokens is not supported for wait-and-widen"}},
 		{"kv on pulsar", with(Pulsar, func(e *Entry) { e.ConsiderKVFreeTokens = true }), nil},
+		{"ttft correction on pulsar", with(Pulsar, func(e *Entry) { e.TTFTCorrection = true }), []string{"ttft_correction is not supported for pulsar, which does not estimate TTFT"}},
+		{"ttft correction off on wait-and-widen", with(WaitAndWiden, func(e *Entry) { e.TTFTCorrection = false }), nil},
 		{"max input work NaN", with(Random, func(e *Entry) { e.MaxInputWorkSeconds, e.HasMaxInputWork = math.NaN(), true }), []string{"max_input_work_seconds must be a number, not NaN"}},
 		{"max input work NaN unset", with(Random, func(e *Entry) { e.MaxInputWorkSeconds = math.NaN() }), nil},
 		{"max input work negative", with(Random, func(e *Entry) { e.MaxInputWorkSeconds, e.HasMaxInputWork = -1, true }), nil},

@@ -1,0 +1,200 @@
+package dispatch
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds and pace of the TTFT correction (docs/routing.md, "TTFT estimate accuracy").
+const (
+	// MinTTFTCorrection and MaxTTFTCorrection bound the learned factor: a cluster's
+	// estimates are at most halved and at most quadrupled, whatever it reports.
+	MinTTFTCorrection = 0.5
+	MaxTTFTCorrection = 4.0
+	// TTFTCorrectionWarmup is how many observations a correction needs before it applies.
+	TTFTCorrectionWarmup = 5
+	// TTFTCorrectionMemory is the pace of forgetting: each observation multiplies the weight
+	// of the earlier ones by 1 − 1/TTFTCorrectionMemory, so the last ~20 observations
+	// dominate and a cluster whose ratio changed is corrected anew within about as many.
+	TTFTCorrectionMemory = 20
+	// ttftMinModeShare is the least share of the (decayed) observations the most common
+	// ratio must hold for a correction to apply: without a clear typical ratio there is
+	// nothing systematic to correct.
+	ttftMinModeShare = 0.3
+)
+
+// The log(observed/estimated) histogram of a TTFTCorrection: ttftBins bins of equal width
+// over [ln 1/64, ln 16]; ratios beyond count in the edge bins.
+const (
+	ttftBins   = 48
+	ttftLogMin = -4.1588830833596715 // ln(1/64)
+	ttftLogMax = 2.772588722239781   // ln(16)
+)
+
+// TTFTCorrection learns by how much one cluster's TTFT estimates are off: the factor by
+// which to multiply an estimate so that it matches the time to first byte the gateway
+// observes. It keeps a histogram of log(observed/estimated) whose older observations fade
+// (TTFTCorrectionMemory), and its factor is the typical ratio: the mean of the
+// observations in the densest three neighbouring bins (about ±25 % wide), within
+// [MinTTFTCorrection, MaxTTFTCorrection].
+//
+// The typical ratio, not the mean or the median, because the observations of a cluster
+// are often two populations: on a prefix-reusing workload the engine has the prompt cached
+// for some requests and prefills them in a fraction of the estimated time, and the
+// estimate, which cannot know the engine's cache, is right for the others. A mean or a
+// median lands between the two, where the factor fits neither; the densest ratio keeps
+// the estimates that were right right and corrects a systematic error (a cluster slower
+// than its load reports say) as soon as it becomes the typical one. Without a typical
+// ratio (the densest bins hold less than ttftMinModeShare of the observations) nothing is
+// corrected.
+//
+// It is pure: no clock, no I/O. The zero value has no observations and corrects nothing.
+type TTFTCorrection struct {
+	weight [ttftBins]float64 // decayed count of observations per bin
+	sum    [ttftBins]float64 // decayed sum of their log ratios
+	total  float64           // decayed count of all observations
+	n      uint32
+	factor float64 // the current factor (0 until warm)
+}
+
+// Observe learns from one attempt's uncorrected estimate and its observed time to first
+// byte. An observation without a positive estimate and observation is ignored.
+func (c *TTFTCorrection) Observe(estimated, observed time.Duration) {
+	if estimated <= 0 || observed <= 0 {
+		return
+	}
+	r := math.Log(float64(observed) / float64(estimated))
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return
+	}
+	const keep = 1 - 1.0/TTFTCorrectionMemory
+	for i := range c.weight {
+		c.weight[i] *= keep
+		c.sum[i] *= keep
+	}
+	i := int((r - ttftLogMin) / (ttftLogMax - ttftLogMin) * ttftBins)
+	i = min(max(i, 0), ttftBins-1)
+	c.weight[i]++
+	c.sum[i] += r
+	c.total = c.total*keep + 1
+	if c.n < math.MaxUint32 {
+		c.n++
+	}
+	c.factor = c.typical()
+}
+
+// typical is the factor of the densest three neighbouring bins, or 1 when they hold too
+// small a share (or before the warm-up).
+func (c *TTFTCorrection) typical() float64 {
+	if c.n < TTFTCorrectionWarmup {
+		return 1
+	}
+	best, bestW, bestS := -1, 0.0, 0.0
+	for i := range ttftBins {
+		w, s := c.weight[i], c.sum[i]
+		if i > 0 {
+			w, s = w+c.weight[i-1], s+c.sum[i-1]
+		}
+		if i < ttftBins-1 {
+			w, s = w+c.weight[i+1], s+c.sum[i+1]
+		}
+		if w > bestW {
+			best, bestW, bestS = i, w, s
+		}
+	}
+	if best < 0 || bestW < ttftMinModeShare*c.total {
+		return 1
+	}
+	return min(max(math.Exp(bestS/bestW), MinTTFTCorrection), MaxTTFTCorrection)
+}
+
+// Observations is the number of observations c has learned from.
+func (c *TTFTCorrection) Observations() int { return int(c.n) }
+
+// Factor is the multiplier for c's estimates: 1 until TTFTCorrectionWarmup observations
+// and without a typical ratio, else the typical ratio within [MinTTFTCorrection,
+// MaxTTFTCorrection].
+func (c *TTFTCorrection) Factor() float64 {
+	if c.factor == 0 {
+		return 1
+	}
+	return c.factor
+}
+
+// ttftCell is the live TTFT correction of one (routing target, cluster). The scheduler
+// owns it: it reads the factor for every decision and resets the cell when the cluster's
+// backends change. Requests feed it their observations (Feedback.Observe) from their own
+// goroutines, hence the lock; the factor is also published in an atomic so the
+// scheduler's reads take no lock.
+type ttftCell struct {
+	mu  sync.Mutex
+	c   TTFTCorrection
+	gen uint64 // bumped by reset: observations of estimates made before are dropped
+	// factor holds math.Float64bits(c.Factor()).
+	factor atomic.Uint64
+}
+
+func newTTFTCell() *ttftCell {
+	cell := &ttftCell{}
+	cell.factor.Store(math.Float64bits(1))
+	return cell
+}
+
+// Factor is the cell's current multiplier (1 = none).
+func (cell *ttftCell) Factor() float64 { return math.Float64frombits(cell.factor.Load()) }
+
+// generation is the cell's current generation (read by the scheduler, its only writer).
+func (cell *ttftCell) generation() uint64 {
+	cell.mu.Lock()
+	defer cell.mu.Unlock()
+	return cell.gen
+}
+
+// reset forgets what the cell learned: the cluster is not the one it learned about.
+func (cell *ttftCell) reset() {
+	cell.mu.Lock()
+	defer cell.mu.Unlock()
+	cell.c = TTFTCorrection{}
+	cell.gen++
+	cell.factor.Store(math.Float64bits(1))
+}
+
+// observe learns from one observation of an estimate made at generation gen.
+func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration) {
+	cell.mu.Lock()
+	defer cell.mu.Unlock()
+	if gen != cell.gen {
+		return
+	}
+	cell.c.Observe(estimated, observed)
+	cell.factor.Store(math.Float64bits(cell.c.Factor()))
+}
+
+// state returns the cell's factor and observation count (for /debug/state).
+func (cell *ttftCell) state() CorrectionState {
+	cell.mu.Lock()
+	defer cell.mu.Unlock()
+	return CorrectionState{Factor: cell.c.Factor(), Observations: cell.c.Observations()}
+}
+
+// Feedback takes one granted attempt's observed time to first byte back to the TTFT
+// correction of the (routing target, cluster) whose estimate it was. The zero value
+// discards observations. Feed it only attempts that succeeded: a failed, retried or
+// aborted attempt says nothing about the cluster's time to first byte.
+type Feedback struct {
+	cell *ttftCell
+	gen  uint64
+	// raw is the estimate without the correction: what the correction learns about.
+	raw time.Duration
+}
+
+// Observe records the attempt's observed time to first byte (cheap; safe from any
+// goroutine). An observation that arrives after the cluster's backends changed is
+// dropped.
+func (f Feedback) Observe(observed time.Duration) {
+	if f.cell != nil {
+		f.cell.observe(f.gen, f.raw, observed)
+	}
+}
