@@ -46,6 +46,9 @@ type Config struct {
 	// MaxBodyTokens caps the prompt's length in characters; x-input-tokens still carries
 	// the manifest's count (0 = no cap: one "x" per input token, as the reference).
 	MaxBodyTokens uint64
+	// Plain sends requests as a plain OpenAI client does: no routing headers, the output
+	// length as max_tokens, and prompt text that is each session's own (PlainBody).
+	Plain bool
 }
 
 // Deps are the driver's injected dependencies; zero fields get defaults.

@@ -2,6 +2,7 @@ package drive
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"sync"
@@ -222,5 +223,36 @@ func TestLoopbackEngine(t *testing.T) {
 	}
 	if r := res.Records[0]; r.OK() || r.Status != 404 || !strings.Contains(r.Error, "does not exist") {
 		t.Errorf("bad model record %+v", r)
+	}
+}
+
+// A plain client's body: a session's text is one stream, so a later turn's prompt extends
+// an earlier one; other sessions share none of it; max_tokens carries the output length.
+func TestPlainBody(t *testing.T) {
+	t.Parallel()
+	prompt := func(key, id string, tokens uint64) string {
+		var b struct {
+			Messages  []struct{ Content string } `json:"messages"`
+			MaxTokens uint64                     `json:"max_tokens"`
+			Stream    bool                       `json:"stream"`
+		}
+		body := PlainBody("m", &scenario.Request{AffinityKey: key, ID: id, InputTokens: tokens, OutputTokens: 7}, 0)
+		if err := json.Unmarshal(body, &b); err != nil || len(b.Messages) != 1 || b.MaxTokens != 7 || !b.Stream {
+			t.Fatalf("body %.80s…: %v %+v", body, err, b)
+		}
+		return b.Messages[0].Content
+	}
+	first, second := prompt("s1", "r1", 100), prompt("s1", "r2", 150)
+	if len(first) != 400 || len(second) != 600 {
+		t.Errorf("lengths %d and %d, want 4 bytes per token: 400 and 600", len(first), len(second))
+	}
+	if !strings.HasPrefix(second, first) {
+		t.Error("a later turn does not extend the session's earlier prompt")
+	}
+	if other := prompt("s2", "r3", 100); other[:64] == first[:64] {
+		t.Error("two sessions share their prompt's beginning")
+	}
+	if a, b := prompt("", "r4", 100), prompt("", "r5", 100); a[:64] == b[:64] {
+		t.Error("two requests without a session share their prompt's beginning")
 	}
 }

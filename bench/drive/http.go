@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/zeebo/xxh3"
 
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
@@ -41,6 +43,7 @@ type httpSender struct {
 	model   string
 	timeout time.Duration
 	maxBody uint64
+	plain   bool
 	now     func() time.Time
 }
 
@@ -63,6 +66,7 @@ func newHTTPSender(cfg Config, model string) (*httpSender, error) {
 		model:   model,
 		timeout: timeout,
 		maxBody: cfg.MaxBodyTokens,
+		plain:   cfg.Plain,
 		now:     time.Now,
 	}, nil
 }
@@ -89,6 +93,49 @@ func Body(model string, inputTokens, maxBody uint64) []byte {
 	return b.Bytes()
 }
 
+// PlainBody returns the body a plain OpenAI client sends for r: one user message of
+// PlainBytesPerToken × r.InputTokens characters (capped at maxBody when > 0), so that the
+// gateway's estimate from the body, which it passes on to the engine, is r.InputTokens;
+// and max_tokens = r.OutputTokens, streaming. The text is the request's
+// session's own — derived from its affinity key, or from its id when it has none — and a
+// session's text is one fixed stream, so each turn extends the previous one's prompt the
+// way a growing conversation does.
+func PlainBody(model string, r *scenario.Request, maxBody uint64) []byte {
+	n := PlainBytesPerToken * r.InputTokens
+	if maxBody > 0 {
+		n = min(n, maxBody)
+	}
+	seed := r.AffinityKey
+	if seed == "" {
+		seed = r.ID
+	}
+	var b bytes.Buffer
+	b.Grow(int(n) + 160) //nolint:gosec // token counts are far below MaxInt
+	b.WriteString(`{"model":`)
+	m, _ := json.Marshal(model)
+	b.Write(m)
+	b.WriteString(`,"stream":true,"messages":[{"role":"user","content":"`)
+	sessionText(&b, seed, n)
+	b.WriteString(`"}],"max_tokens":`)
+	b.WriteString(strconv.FormatUint(r.OutputTokens, 10))
+	b.WriteString(`}`)
+	return b.Bytes()
+}
+
+// PlainBytesPerToken is the gateway's estimate of prompt bytes per token for requests
+// without x-input-tokens.
+const PlainBytesPerToken = 4
+
+// sessionText writes n letters and spaces of the pseudo-random text stream of seed (no
+// character needs JSON escaping).
+func sessionText(b *bytes.Buffer, seed string, n uint64) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz     "
+	rng := rand.New(rand.NewPCG(xxh3.HashString(seed), 0x5eed))
+	for range n {
+		b.WriteByte(alphabet[rng.IntN(len(alphabet))])
+	}
+}
+
 func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Time) score.Record {
 	rec := score.Record{
 		Index: r.Index, ID: r.ID, Class: r.Class, AffinityKey: r.AffinityKey, RoutingKey: r.RoutingKey,
@@ -102,17 +149,21 @@ func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Ti
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(control.HeaderRequestID, r.ID)
-	req.Header.Set(control.HeaderModel, s.model)
-	req.Header.Set(control.HeaderInputTokens, strconv.FormatUint(r.InputTokens, 10))
-	req.Header.Set(control.HeaderOutputTokens, strconv.FormatUint(r.OutputTokens, 10))
-	if r.RoutingKey != "" {
-		req.Header.Set(control.HeaderRoutingKey, r.RoutingKey)
+	if s.plain {
+		req.SetBodyRaw(PlainBody(s.model, r, s.maxBody))
+	} else {
+		req.Header.Set(control.HeaderRequestID, r.ID)
+		req.Header.Set(control.HeaderModel, s.model)
+		req.Header.Set(control.HeaderInputTokens, strconv.FormatUint(r.InputTokens, 10))
+		req.Header.Set(control.HeaderOutputTokens, strconv.FormatUint(r.OutputTokens, 10))
+		if r.RoutingKey != "" {
+			req.Header.Set(control.HeaderRoutingKey, r.RoutingKey)
+		}
+		if r.AffinityKey != "" {
+			req.Header.Set(control.HeaderCacheAffinityKey, r.AffinityKey)
+		}
+		req.SetBodyRaw(Body(s.model, r.InputTokens, s.maxBody))
 	}
-	if r.AffinityKey != "" {
-		req.Header.Set(control.HeaderCacheAffinityKey, r.AffinityKey)
-	}
-	req.SetBodyRaw(Body(s.model, r.InputTokens, s.maxBody))
 	resp.StreamBody = true
 
 	if err := s.client.DoDeadline(req, resp, sent.Add(s.timeout)); err != nil {

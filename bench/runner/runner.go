@@ -166,7 +166,7 @@ func runOne(ctx context.Context, o *Options, a *scenario.Algorithm, m *scenario.
 		o.Progress.Begin(a.Name, len(m.Requests))
 		deps.Done = o.Progress.Done
 	}
-	res, err := drive.Run(ctx, drive.Config{Targets: f.GatewayURLs(), MaxConcurrency: s.MaxConcurrency, TimeScale: o.TimeScale}, m, deps)
+	res, err := drive.Run(ctx, drive.Config{Targets: f.GatewayURLs(), MaxConcurrency: s.MaxConcurrency, TimeScale: o.TimeScale, Plain: a.Plain()}, m, deps)
 	if o.Progress != nil {
 		o.Progress.End()
 	}

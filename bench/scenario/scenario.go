@@ -193,7 +193,22 @@ type Algorithm struct {
 	Name                string          `yaml:"name"`
 	Config              map[string]any  `yaml:"config"`
 	PylonQueueAdmission *QueueAdmission `yaml:"pylon_queue_admission"`
+	// Clients is how the driver's clients talk to the gateway for this algorithm (our
+	// extension): "" or ClientsRoutingHeaders sends the routing headers (x-input-tokens,
+	// x-cache-affinity-key, …) with a prompt of "x"s; ClientsPlain sends none of them, as a
+	// plain OpenAI client does, with prompt text that is each session's own and grows turn
+	// by turn (so prefix-aware routing has real prefixes to match).
+	Clients string `yaml:"clients"`
 }
+
+// Client modes of Algorithm.Clients.
+const (
+	ClientsRoutingHeaders = "routing-headers"
+	ClientsPlain          = "plain"
+)
+
+// Plain reports whether the algorithm's clients send no routing headers.
+func (a *Algorithm) Plain() bool { return a.Clients == ClientsPlain }
 
 // QueueAdmission maps to the pylon's queue-admission flags (--[no-]queue-admission,
 // --queue-admission-min-delta-ms, --queue-admission-tolerance).

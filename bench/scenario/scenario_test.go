@@ -98,8 +98,11 @@ func TestDemoScenario(t *testing.T) {
 	for _, a := range s.Algorithms {
 		names = append(names, a.Name)
 	}
-	if diff := cmp.Diff([]string{"round-robin", "power-of-two", "wait-and-widen", "wait-and-widen-affinity"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"round-robin", "power-of-two", "wait-and-widen", "wait-and-widen-affinity", "wait-and-widen-prefix"}, names); diff != "" {
 		t.Errorf("algorithms (-want +got):\n%s", diff)
+	}
+	if !s.Algorithms[4].Plain() || s.Algorithms[3].Plain() {
+		t.Error("only wait-and-widen-prefix should drive plain clients")
 	}
 	if s.TrafficPattern.Kind != scenario.KindPrefixReuse || s.Backends.Count != 4 {
 		t.Errorf("demo is %s on %d backends, want prefix_reuse on 4", s.TrafficPattern.Kind, s.Backends.Count)

@@ -413,6 +413,9 @@ func (s *Scenario) validateAlgorithms(p *problems) {
 		if _, err := a.LBConfigJSON(); err != nil {
 			p.add(path+".config", "%s", OneLine(err))
 		}
+		if a.Clients != "" && a.Clients != ClientsRoutingHeaders && a.Clients != ClientsPlain {
+			p.add(path+".clients", "is %q, want %q or %q", a.Clients, ClientsRoutingHeaders, ClientsPlain)
+		}
 		if q := a.PylonQueueAdmission; q != nil {
 			if q.MinDeltaMs != nil && !finiteNonNegative(*q.MinDeltaMs) {
 				p.add(path+".pylon_queue_admission.min_delta_ms", "is %v, want a finite value ≥ 0", *q.MinDeltaMs)

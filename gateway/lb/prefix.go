@@ -40,6 +40,7 @@ type prefixIndex struct {
 	ttl       time.Duration
 	members   uint64 // snapshot membership the cluster set was last pruned for
 	scales    []float64
+	keyBuf    [1]uint64
 }
 
 func newPrefixIndex(maxBlocks int, ttl time.Duration) prefixIndex {
@@ -85,12 +86,61 @@ func (x *prefixIndex) record(cand *Candidate, r *Request) {
 		c = newBlockLRU()
 		x.clusters[cand.ClusterID] = c
 	}
-	per := blockTokens(r)
-	limitBlocks := x.maxBlocks
-	if kv := cand.Load.KVCapacityTokens; kv > 0 {
-		limitBlocks = min(limitBlocks, int(min(kv/per, uint64(x.maxBlocks)))) //nolint:gosec // bounded by maxBlocks
+	x.add(cand, r.Prefix, blockTokens(r), r.At)
+}
+
+// recordKey notes that the session of affinity key hash key, now tokens long, was sent to
+// cand's cluster at now: one entry per session, for the KV accounting of keyed sessions.
+func (x *prefixIndex) recordKey(cand *Candidate, key, tokens uint64, now time.Time) {
+	x.keyBuf[0] = key
+	x.add(cand, x.keyBuf[:], tokens, now)
+}
+
+func (x *prefixIndex) add(cand *Candidate, chain []uint64, tokens uint64, now time.Time) {
+	c := x.clusters[cand.ClusterID]
+	if c == nil {
+		c = newBlockLRU()
+		x.clusters[cand.ClusterID] = c
 	}
-	c.add(r.Prefix, r.At, max(limitBlocks, 1))
+	c.add(chain, tokens, now, x.maxBlocks, cand.Load.KVCapacityTokens)
+}
+
+// kvHeadroom is the share of a cluster's KV capacity new sessions may fill: the rest is
+// left for the sessions already there to grow into.
+const kvHeadroom = 0.85
+
+// hasRoom reports whether cand's cluster is expected to cache r's prompt without evicting
+// another prompt the gateway sent there: the tokens remembered for it plus r's fit within
+// kvHeadroom of its reported KV capacity (always true when it reports none).
+func (x *prefixIndex) hasRoom(cand *Candidate, r *Request) bool {
+	kv := cand.Load.KVCapacityTokens
+	if kv == 0 {
+		return true
+	}
+	var used uint64
+	if c := x.clusters[cand.ClusterID]; c != nil {
+		used = c.used
+	}
+	return float64(used+r.InputTokens) <= kvHeadroom*float64(kv)
+}
+
+// roomy appends the members of s (nil = every candidate) that have room for r (hasRoom)
+// to dst.
+func (x *prefixIndex) roomy(dst []int32, s *Snapshot, r *Request, members []int32) []int32 {
+	if members == nil {
+		for i := range s.Candidates {
+			if x.hasRoom(&s.Candidates[i], r) {
+				dst = append(dst, int32(i))
+			}
+		}
+		return dst
+	}
+	for _, i := range members {
+		if x.hasRoom(&s.Candidates[i], r) {
+			dst = append(dst, i)
+		}
+	}
+	return dst
 }
 
 // prune forgets the clusters that left the routing target (their engines' caches are
@@ -107,8 +157,10 @@ func (x *prefixIndex) prune(s *Snapshot) {
 	}
 }
 
-// blockLRU is one cluster's remembered blocks, most recently sent first.
+// blockLRU is one cluster's remembered blocks, most recently sent first, with the tokens
+// they stand for.
 type blockLRU struct {
+	used  uint64 // tokens of the remembered blocks
 	index map[uint64]int32
 	slots []blockSlot
 	free  []int32 // slots of evicted blocks, reused before the slice grows
@@ -118,6 +170,7 @@ type blockLRU struct {
 
 type blockSlot struct {
 	key        uint64
+	tokens     uint64
 	at         time.Time
 	prev, next int32
 }
@@ -147,17 +200,19 @@ func (c *blockLRU) matched(chain []uint64, now time.Time, ttl time.Duration) int
 	return lo
 }
 
-// add remembers chain's blocks at now, last block first so the chain's head ends most
-// recently used, evicting least recently used blocks beyond limit.
-func (c *blockLRU) add(chain []uint64, now time.Time, limit int) {
+// add remembers chain's blocks, each standing for tokens tokens, at now: last block first
+// so the chain's head ends most recently used. Least recently used blocks are evicted
+// beyond maxBlocks blocks and beyond capTokens tokens (0 = no token bound).
+func (c *blockLRU) add(chain []uint64, tokens uint64, now time.Time, maxBlocks int, capTokens uint64) {
 	for k := len(chain) - 1; k >= 0; k-- {
 		key := chain[k]
 		if i, ok := c.index[key]; ok {
-			c.slots[i].at = now
+			c.used += tokens - c.slots[i].tokens
+			c.slots[i].at, c.slots[i].tokens = now, tokens
 			c.touch(i)
 			continue
 		}
-		for len(c.index) >= limit && c.tail >= 0 {
+		for c.tail >= 0 && (len(c.index) >= maxBlocks || (capTokens > 0 && c.used+tokens > capTokens)) {
 			c.evictTail()
 		}
 		var i int32
@@ -167,7 +222,8 @@ func (c *blockLRU) add(chain []uint64, now time.Time, limit int) {
 			i = int32(len(c.slots)) //nolint:gosec // bounded by the largest limit seen
 			c.slots = append(c.slots, blockSlot{})
 		}
-		c.slots[i] = blockSlot{key: key, at: now, prev: -1, next: -1}
+		c.slots[i] = blockSlot{key: key, tokens: tokens, at: now, prev: -1, next: -1}
+		c.used += tokens
 		c.index[key] = i
 		c.pushFront(i)
 	}
@@ -177,6 +233,7 @@ func (c *blockLRU) evictTail() {
 	i := c.tail
 	c.unlink(i)
 	delete(c.index, c.slots[i].key)
+	c.used -= c.slots[i].tokens
 	c.free = append(c.free, i)
 }
 

@@ -159,14 +159,30 @@ func TestPrefixIndexBounds(t *testing.T) {
 		t.Errorf("session two, the most recent, went to %s, want b", got)
 	}
 
+	// b's KV cache holds one session. A new session goes where there is room, even to a
+	// slower cluster; forced onto b, it evicts the older session.
 	kv := newBalancer(t, prefixEntry(nil), seeded())
 	tinyB := at1k("b", 10)
-	tinyB.Load.KVCapacityTokens = 10_000 // 40 blocks of 250 tokens
-	kvSnap := snap(at1k("a", 50), tinyB)
+	tinyB.Load.KVCapacityTokens = 12_000 // new sessions may fill 85 %: room for one of 10 000 tokens
+	bigA := at1k("a", 50)
+	bigA.Load.KVCapacityTokens = 1_000_000
+	kvSnap := snap(bigA, tinyB)
 	kv.Decide(kvSnap, prefixReq("one", 10_000, t0), 0)
-	kv.Decide(kvSnap, prefixReq("two", 10_000, t0.Add(time.Second)), 0)
-	if got := secondTurn(kv, "one", t0.Add(2*time.Second)); got != "a" {
-		t.Errorf("session one, beyond b's KV capacity, went to %s, want a", got)
+	if got := chosen(t, kvSnap, kv.Decide(kvSnap, prefixReq("two", 10_000, t0.Add(time.Second)), 0)); got != "a" {
+		t.Errorf("a new session went to %s, want a: b's KV cache is full", got)
+	}
+	if got := secondTurn(kv, "one", t0.Add(2*time.Second)); got != "b" {
+		t.Errorf("session one went to %s, want b, which still holds it", got)
+	}
+	bigB := tinyB
+	bigB.Load.KVCapacityTokens = 1_000_000
+	if got := chosen(t, snap(at1k("a", 50), bigB), kv.Decide(snap(at1k("a", 50), bigB), prefixReq("three", 10_000, t0.Add(3*time.Second)), 0)); got != "b" {
+		t.Errorf("a new session went to %s, want b, whose KV cache now has room", got)
+	}
+	onlyB := snap(tinyB)
+	kv.Decide(onlyB, prefixReq("four", 10_000, t0.Add(4*time.Second)), 0)
+	if got := secondTurn(kv, "one", t0.Add(5*time.Second)); got != "a" {
+		t.Errorf("session one, evicted from b by session four, went to %s, want a", got)
 	}
 
 	gone := newBalancer(t, prefixEntry(nil), seeded())

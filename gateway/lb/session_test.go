@@ -1,6 +1,7 @@
 package lb_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,5 +57,36 @@ func TestSessionSticksInsideTheGroup(t *testing.T) {
 	off.Decide(aFast, r(at), 0)
 	if got := cluster(bFast, off.Decide(bFast, r(at.Add(time.Second)), 0)); got != "b" {
 		t.Errorf("without session memory the second turn went to %s, want the faster b", got)
+	}
+}
+
+// A new session goes to the member of its affinity group whose KV cache has room for it:
+// once the faster member holds as many sessions as fit, new ones go to the other member
+// even though it is slower; known sessions still return to where they are.
+func TestNewSessionsFillTheGroupsKVCapacity(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	e := waw(func(e *lbconfig.Entry) {
+		e.SelectionCount, e.SessionTTL, e.SessionTableSize, e.AffinityInputScale = 2, time.Minute, 64, 0.1
+	})
+	fast, slow := idle("fast", 1), idle("slow", 30)
+	fast.Load.KVCapacityTokens, slow.Load.KVCapacityTokens = 40_000, 1_000_000
+	s := snap(fast, slow)
+	b := newBalancer(t, e, seeded())
+	where := map[string]int{}
+	for i := range 6 {
+		d := b.Decide(s, &lb.Request{AffinityKey: fmt.Sprintf("session-%d", i), InputTokens: 10_000, At: at}, 0)
+		if d.Kind != lb.KindSelected {
+			t.Fatalf("session %d: %v", i, d)
+		}
+		where[s.Candidates[d.Index].ClusterID]++
+	}
+	// 85 % of 40 000 tokens holds three sessions of 10 000.
+	if where["fast"] != 3 || where["slow"] != 3 {
+		t.Errorf("new sessions went %v, want 3 to fast (its KV room) and 3 to slow", where)
+	}
+	d := b.Decide(s, &lb.Request{AffinityKey: "session-0", InputTokens: 10_200, At: at.Add(time.Second)}, 0)
+	if d.Kind != lb.KindSelected || s.Candidates[d.Index].ClusterID != "fast" {
+		t.Errorf("a known session went to %v, want fast, where it is", d)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
@@ -22,9 +24,13 @@ type waitAndWiden struct {
 	sessions sessionTable
 	// prefix remembers which prompt blocks went to which cluster (prefix_affinity).
 	prefix prefixIndex
+	// kv accounts the sessions of affinity keys per cluster against its KV capacity (with
+	// the session memory), for placing new sessions.
+	kv prefixIndex
 	// Scratch reused across decisions so a decision on a cached key allocates nothing.
 	scratch  []scored
 	groupBuf []int32
+	roomBuf  []int32
 	hashBuf  []byte
 }
 
@@ -88,6 +94,9 @@ func newWaitAndWiden(e lbconfig.Entry, rng Rand) *waitAndWiden {
 	if cfg.prefixAffinity {
 		b.prefix = newPrefixIndex(cfg.prefixBlocks, cfg.prefixTTL)
 	}
+	if b.sessions.enabled() {
+		b.kv = newPrefixIndex(cfg.sessionSize, cfg.sessionTTL)
+	}
 	return b
 }
 
@@ -150,13 +159,32 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	remember := b.sessions.enabled() && !r.At.IsZero()
 	last := int32(-1)
 	if remember {
-		last = b.returning(s, r, group)
+		if last = b.returning(s, r, group); last < 0 {
+			group = b.placeNew(s, r, group)
+		}
 	}
 	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, pricing{scale: b.cfg.scale, only: last}, fullPrice, last)
 	if remember && d.Kind == KindSelected {
-		b.sessions.put(r.AffinityKey, s.Candidates[d.Index].ClusterID, r.At)
+		cand := &s.Candidates[d.Index]
+		b.sessions.put(r.AffinityKey, cand.ClusterID, r.At)
+		b.kv.recordKey(cand, xxh3.HashString(r.AffinityKey), r.InputTokens, r.At)
 	}
 	return d
+}
+
+// placeNew narrows the affinity group of a session the memory does not know (a new one, or
+// one whose cluster left the group) to the members whose KV cache has room for it, when
+// some but not all have: the group's fastest member would otherwise take every new
+// session and evict the older ones. The KV accounting counts each remembered session once,
+// at its latest length.
+func (b *waitAndWiden) placeNew(s *Snapshot, r *Request, group []int32) []int32 {
+	b.kv.prune(s)
+	room := b.kv.roomy(b.roomBuf[:0], s, r, group)
+	b.roomBuf = room
+	if len(room) == 0 || len(room) == len(group) {
+		return group
+	}
+	return room
 }
 
 // minCachedShare is the share of a request's input the best-placed cluster must be
@@ -169,6 +197,9 @@ const minCachedShare = 0.5
 // prefix index. When one cluster is expected to hold at least minCachedShare of the prompt,
 // it is the request's affinity group of one: taken whenever it can take the request, waited
 // for up to the hold X, and after X the global phase still weighs every candidate's cache.
+// A prompt no cluster holds is a new session: it goes to a cluster whose KV cache has room
+// for it when one can take it now (so new sessions fill the fleet's KV capacity instead of
+// all landing on the fastest engine and evicting each other), else to any.
 func (b *waitAndWiden) byPrefix(s *Snapshot, r *Request, elapsed time.Duration) Decision {
 	scales, best := b.prefix.cachedScales(s, r)
 	price := pricing{per: scales, only: -1}
@@ -176,6 +207,9 @@ func (b *waitAndWiden) byPrefix(s *Snapshot, r *Request, elapsed time.Duration) 
 	if best >= 0 && 1-scales[best] >= minCachedShare {
 		b.groupBuf = append(b.groupBuf[:0], best)
 		d = b.cfg.withHold(&b.scratch, b.rng, s, r, b.groupBuf, elapsed, b.cfg.hold, price, price, best)
+	} else if room := b.prefix.roomy(b.groupBuf[:0], s, r, nil); len(room) > 0 && len(room) < len(s.Candidates) {
+		b.groupBuf = room
+		d = b.cfg.withHold(&b.scratch, b.rng, s, r, room, elapsed, 0, price, price, -1)
 	} else {
 		d = b.cfg.evaluate(&b.scratch, b.rng, s, r, nil, price, elapsed, elapsed, -1)
 	}
