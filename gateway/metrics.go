@@ -42,6 +42,12 @@ const (
 	mRoutingTargets = "routing_targets"
 	// mAdminUnauthorized counts admin-listener requests refused for a missing or wrong token.
 	mAdminUnauthorized = "admin_unauthorized_total"
+	// The TTFT-estimate accuracy of streamed attempts, per model and cluster
+	// (docs/routing.md): |observed − estimate| / estimate, |observed − estimate|, and the
+	// attempts whose first byte came later than estimated.
+	mTTFTErrorRatio   = "ttft_estimate_error_ratio"
+	mTTFTErrorSeconds = "ttft_estimate_error_seconds"
+	mTTFTExceeded     = "ttft_estimate_exceeded_total"
 )
 
 var (
@@ -49,6 +55,10 @@ var (
 	routingBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60}
 	overheadBucket = metrics.ExponentialBuckets(1e-6, 2, 20)
 	replayBuckets  = []float64{0, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
+	// ttftRatioBuckets are fine around the 5–30 % errors that tell a good estimate from a
+	// poor one.
+	ttftRatioBuckets   = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 4, 10}
+	ttftSecondsBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 )
 
 // gatewayMetrics is one gateway instance's metric set. Series with request-derived labels
@@ -80,6 +90,61 @@ type targetSeries struct {
 	backends   sync.Map // backend id → *backendSeries
 	// lastBackend is the last one looked up (one backend per target is common).
 	lastBackend atomic.Pointer[backendSeries]
+	// ttfts holds the TTFT-estimate error series by cluster id; lastTTFT is the last one
+	// looked up.
+	ttfts    sync.Map // cluster id → *ttftSeries
+	lastTTFT atomic.Pointer[ttftSeries]
+}
+
+// ttftSeries are the TTFT-estimate error series of one model and cluster.
+type ttftSeries struct {
+	cluster  string
+	ratio    *metrics.PrometheusHistogram
+	seconds  *metrics.PrometheusHistogram
+	exceeded *metrics.Counter
+}
+
+// ttft returns the TTFT-estimate error series of t's model and cluster.
+func (ts *targetSeries) ttft(cluster string) *ttftSeries {
+	if s := ts.lastTTFT.Load(); s != nil && s.cluster == cluster {
+		return s
+	}
+	if s, ok := ts.ttfts.Load(cluster); ok {
+		ts.lastTTFT.Store(s.(*ttftSeries))
+		return s.(*ttftSeries)
+	}
+	m, model := ts.m, ts.t.Model
+	s := &ttftSeries{
+		cluster:  cluster,
+		ratio:    m.set.GetOrCreatePrometheusHistogramExt(m.series(mTTFTErrorRatio, "model", model, "cluster_id", cluster), ttftRatioBuckets),
+		seconds:  m.set.GetOrCreatePrometheusHistogramExt(m.series(mTTFTErrorSeconds, "model", model, "cluster_id", cluster), ttftSecondsBuckets),
+		exceeded: m.set.GetOrCreateCounter(m.series(mTTFTExceeded, "model", model, "cluster_id", cluster)),
+	}
+	v, _ := ts.ttfts.LoadOrStore(cluster, s)
+	return v.(*ttftSeries)
+}
+
+// ttftOf returns the TTFT-estimate error series of cluster, cached on the series of the
+// backend that served the attempt (a backend stays in its cluster): no lookup by name
+// per request.
+func (ts *targetSeries) ttftOf(bs *backendSeries, cluster string) *ttftSeries {
+	if s := bs.ttft.Load(); s != nil && s.cluster == cluster {
+		return s
+	}
+	s := ts.ttft(cluster)
+	bs.ttft.Store(s)
+	return s
+}
+
+// observe records one attempt's TTFT estimate (> 0) against its observed time to first
+// byte.
+func (s *ttftSeries) observe(estimate, observed time.Duration) {
+	diff := observed - estimate
+	if diff > 0 {
+		s.exceeded.Inc()
+	}
+	s.seconds.Update(diff.Abs().Seconds())
+	s.ratio.Update(float64(diff.Abs()) / float64(estimate))
 }
 
 type selectionKey struct {
@@ -94,6 +159,8 @@ type backendSeries struct {
 	proxyDuration *metrics.PrometheusHistogram
 	attempts200   *metrics.Counter
 	requests200   *metrics.Counter
+	// ttft is the TTFT-estimate error series of the backend's cluster (see ttftOf).
+	ttft atomic.Pointer[ttftSeries]
 }
 
 // target returns t's series, creating them on first use.

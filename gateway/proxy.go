@@ -409,7 +409,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	if ctx.Response.IsBodyStream() {
 		// An event stream is guarded against a pylon failing mid-stream; any other body is
 		// read whole (one cut short is a 502). See stream.go.
-		if err := g.handOver(ctx, st, ts, b); err != nil {
+		if err := g.handOver(ctx, st, ts, b, out, start); err != nil {
 			return false, err
 		}
 	}

@@ -7,10 +7,12 @@ import (
 	"io"
 	"reflect"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
@@ -63,7 +65,9 @@ var eventStreamType = []byte("text/event-stream")
 
 // handOver prepares a streamed upstream answer in ctx.Response for the client: an event
 // stream is wrapped in a streamGuard, any other body is read whole (a cut one is a 502).
-func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targetSeries, b *fleet.Backend) error {
+// The attempt (outcome out, sent at sent) is observed for the TTFT estimate's accuracy
+// when its answer is a 200 event stream (see ttftProbe).
+func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targetSeries, b *fleet.Backend, out *dispatch.Outcome, sent time.Time) error {
 	resp := &ctx.Response
 	if !bytes.HasPrefix(resp.Header.ContentType(), eventStreamType) {
 		return bufferBody(resp, b.ID)
@@ -83,6 +87,9 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 	s := guardFor(ctx)
 	s.up, s.g, s.ts, s.backend = up, g, ts, b.ID
 	s.end.Upstream = "backend"
+	if resp.StatusCode() == fasthttp.StatusOK {
+		s.ttft.arm(ts, ts.backend(b.ID), out, sent)
+	}
 	if st.deferred {
 		s.after = st.after
 	}
@@ -102,6 +109,7 @@ type streamGuard struct {
 	ts      *targetSeries
 	backend string
 	after   *afterResponse // the deferred request count to correct (nil: counted already)
+	ttft    ttftProbe
 }
 
 // guardFor returns the stream guard of ctx's connection (a new one when it has none).
@@ -114,7 +122,9 @@ func guardFor(ctx *fasthttp.RequestCtx) *streamGuard {
 
 // Read implements io.Reader.
 func (s *streamGuard) Read(p []byte) (int, error) {
-	return s.end.Read(s.up, p)
+	n, err := s.end.Read(s.up, p)
+	s.ttft.read(n, s.g.deps.Now)
+	return n, err
 }
 
 // CloseWithError implements fasthttp's body-stream closer; fasthttp calls it once the
@@ -139,6 +149,7 @@ func (s *streamGuard) CloseWithError(err error) error {
 	if status != 0 && s.after != nil && s.after.pending&afterRequest != 0 {
 		s.after.reqCode = status
 	}
+	s.ttft.finish(status == fasthttp.StatusBadGateway)
 	s.up, s.g, s.ts, s.backend, s.after = nil, nil, nil, "", nil
 	s.end.Reset()
 	return cerr //nolint:wrapcheck // the pylon stream's own close error
