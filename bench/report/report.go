@@ -188,6 +188,7 @@ func Markdown(w io.Writer, r *Report) error {
 	}
 	table(w, summaryHeader, rows)
 	markdownExpect(w, r.Expectations)
+	markdownTTFTEstimate(w, r.Runs)
 
 	if len(r.Charts) > 0 {
 		fmt.Fprintf(w, "## Charts\n\n")
@@ -251,5 +252,8 @@ func Table(w io.Writer, runs []Run) error {
 			optPct(s.Cache.HitRate), optPct(s.Cache.InputReuseRate), optPct(s.Stickiness.MovementRate),
 			score3(s.PylonCapacityBalance), score3(s.ClusterInputCapacityBalance), num(s.Counters.FallbackChoices), s.Requests-s.Successes)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err //nolint:wrapcheck // the writer's own error
+	}
+	return tableTTFTEstimate(w, runs)
 }

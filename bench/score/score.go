@@ -122,6 +122,9 @@ type Summary struct {
 	Clusters   []Share        `json:"clusters"`
 	Counters   Counters       `json:"counters"`
 	Warnings   []string       `json:"warnings"`
+	// TTFTEstimate is the gateway's TTFT-estimate error over the run (nil when the
+	// gateway observed none).
+	TTFTEstimate *EstimateError `json:"ttft_estimate_error,omitempty"`
 }
 
 // Percentile returns sorted[round((n−1)·q)] of an ascending sample (0 when empty).
@@ -282,6 +285,7 @@ func Score(in *Input) Summary {
 	s.Backends, s.Clusters = shares(backends, append(order, extra...))
 	s.balances()
 	s.Counters = counters(in.MetricDeltas)
+	s.TTFTEstimate = estimateError(in.MetricDeltas)
 	return s
 }
 
