@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
 
@@ -28,6 +29,8 @@ type httpError struct {
 	kind   string // error.type
 	msg    string
 	header bool // set x-stargate-error-code
+	// retryAfter sets Retry-After (seconds) on an answer that sheds load.
+	retryAfter int
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -76,8 +79,16 @@ func routingError(status int, code string) *httpError {
 		msg = "gateway is shutting down"
 	default:
 	}
-	return &httpError{status: status, kind: "server_error", code: code, msg: msg, header: true}
+	he := &httpError{status: status, kind: "server_error", code: code, msg: msg, header: true}
+	if status == 503 && (code == "overloaded_error" || code == "input_work_limit_exceeded") {
+		he.retryAfter = shedRetryAfterSeconds
+	}
+	return he
 }
+
+// shedRetryAfterSeconds is the Retry-After of a request shed because the fleet is at
+// capacity: a slot usually frees within a second under load.
+const shedRetryAfterSeconds = 1
 
 // writeError writes err as an OpenAI-style JSON error body.
 func writeError(ctx *fasthttp.RequestCtx, err error) {
@@ -87,6 +98,9 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetContentType("application/json")
 	if he.header {
 		ctx.Response.Header.Set(control.HeaderErrorCode, he.code)
+	}
+	if he.retryAfter > 0 {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(he.retryAfter))
 	}
 	b, _ := json.Marshal(errorBody{Error: errorDetail{Message: he.msg, Type: he.kind, Code: he.code}})
 	ctx.SetBody(b)

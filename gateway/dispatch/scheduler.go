@@ -644,6 +644,14 @@ func (s *Scheduler) unavailable(p *Pending, now time.Time, d lb.Decision) {
 			return
 		}
 	}
+	// capacity_wait_ms: without x-max-wait-ms, a request that finds every backend full
+	// waits up to the configured time for a slot.
+	if !p.HasMaxWait && d.Reason == lb.ReasonNoCapacity && p.Entry.CapacityWait > 0 {
+		if deadline := p.Arrival.Add(p.Entry.CapacityWait); now.Before(deadline) {
+			s.park(p, deadline)
+			return
+		}
+	}
 	code, reason := "no_eligible_backend", "routing_unavailable"
 	switch d.Reason {
 	case lb.ReasonNoCapacity:

@@ -45,7 +45,7 @@ var wawFields = []string{
 	"comparator", "seed", "cache_affinity_virtual_nodes", "cache_affinity_backend_selection_count",
 	"cache_affinity_wait_ms", "cache_affinity_input_tokens_scale", fieldQueueFloor, fieldQueueCeil,
 	"ttft_bucket_size_ms", "next_bucket_unlock_factor", "n", "max_queued", "ignore_queue_time",
-	"ignore_input_processing_time", "last_cluster_affinity", fieldTTFTCorrection,
+	"ignore_input_processing_time", "last_cluster_affinity", "capacity_wait_ms", fieldTTFTCorrection,
 }
 
 // algorithmFields lists the algorithm-specific fields of each algorithm. A comparator is
@@ -368,6 +368,8 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.PrefixIndexTTL, raw, decodeMillis)
 	case "last_cluster_affinity":
 		return assign(&e.LastClusterAffinity, raw, decodeBool)
+	case "capacity_wait_ms":
+		return assign(&e.CapacityWait, raw, decodeMillis)
 	case fieldTTFTCorrection:
 		return assign(&e.TTFTCorrection, raw, decodeBool)
 	default: // not reachable: supports() admits only the fields above

@@ -119,6 +119,13 @@ type Entry struct {
 	// PrefixIndexTTL is prefix_index_ttl_ms: a remembered block older than this no longer
 	// counts as cached. Default 10 minutes; 0 keeps blocks until they are evicted.
 	PrefixIndexTTL time.Duration
+	// CapacityWait is capacity_wait_ms (wait-and-widen and pulsar-wait-and-widen): how long
+	// a request without x-max-wait-ms may wait for a free slot when every eligible backend
+	// is full, instead of failing at once with 503 overloaded_error. Parked requests take
+	// slots as they free up, so an overloaded fleet stays busy and only requests that could
+	// not start within this time are shed (503 with Retry-After). Default 0: fail at once,
+	// as the reference router does.
+	CapacityWait time.Duration
 	// LastClusterAffinity is last_cluster_affinity (wait-and-widen and
 	// pulsar-wait-and-widen): the client names the cluster that served its session's
 	// previous turn in x-stargate-last-cluster-id, and the request returns there (the
