@@ -244,3 +244,32 @@ func TestTTFTCorrectionIsPerTarget(t *testing.T) {
 		}
 	})
 }
+
+// A decision that discounted the chosen cluster's prefill for a prefix it expects cached
+// (here an affinity group's first request, at cache_affinity_input_tokens_scale 0.1)
+// reports that estimate, but its observation does not feed the correction: its error is
+// the discount's, not the cluster's.
+func TestTTFTCorrectionLearnsOnlyFromFullPrefillEstimates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.backend("a", 0, load.Load{InputTPS: 10_000, MaxEngineConcurrency: 8}, 0)
+		e := waw()
+		e.SelectionCount, e.AffinityInputScale = 1, 0.1
+		for range 10 {
+			out := <-f.route(e, 1000, func(p *dispatch.Pending) { p.Req.AffinityKey = "k" }).Mailbox
+			f.sys.Root.Send(f.pid, dispatch.Release{BackendID: out.BackendID, Seq: out.Seq})
+			if out.Estimate != 10*time.Millisecond {
+				t.Fatalf("estimate %v, want the discounted 10ms", out.Estimate)
+			}
+			out.Feedback.Observe(100 * time.Millisecond)
+		}
+		if c, ok := f.state(t).TTFTCorrections["a"]; ok {
+			t.Errorf("learned %+v from discounted estimates, want nothing", c)
+		}
+		out := f.grantReleased(t, e) // no affinity key: a full-prefill estimate
+		out.Feedback.Observe(100 * time.Millisecond)
+		if c := f.state(t).TTFTCorrections["a"]; c.Observations != 1 {
+			t.Errorf("after a full-prefill estimate: %+v, want 1 observation", c)
+		}
+	})
+}

@@ -727,16 +727,23 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 
 // estimate fills out's TTFT estimate of the granted candidate (the decision's, or a full
 // prefill one when the balancer does not estimate) and the feedback that takes the
-// observed time to first byte back to the candidate's correction, uncorrected.
+// observed time to first byte back to the candidate's correction, uncorrected. Only a
+// full-prefill estimate feeds the correction: one the balancer discounted for a prefix it
+// expects cached (cache affinity, session memory, prefix index) is as right as that
+// expectation, which says nothing about the cluster's speed.
 func (s *Scheduler) estimate(out *Outcome, p *Pending, cand *lb.Candidate, d lb.Decision) {
+	full := cand.Estimate(&p.Req, 1, load.Ignore{}).Comparator
 	est := d.TTFT
 	if est == 0 {
-		est = cand.Estimate(&p.Req, 1, load.Ignore{}).Comparator
+		est = full
 	}
 	if !est.IsFinite() || est <= 0 {
 		return
 	}
 	out.Estimate, out.HasEstimate = est.Duration(), true
+	if est < full*(1-1e-9) {
+		return // discounted
+	}
 	if f := load.Millis(cand.Correction); f > 0 {
 		est /= f
 	}
