@@ -33,12 +33,25 @@ const (
 	ttftLogMax = 2.772588722239781   // ln(16)
 )
 
+// The typical ratio is looked for only among the bins from MinTTFTCorrection/2 up
+// (ttftModeFirst on): a population of answers far faster than estimated (from the
+// engine's cache, in a few percent of the estimate, piling into the lowest bin) is no
+// correction's, however many they are; they only dilute the share of the typical ratio.
+// A cluster far slower than estimated is corrected by MaxTTFTCorrection.
+var ttftModeFirst = ttftBin(math.Log(MinTTFTCorrection / 2))
+
+// ttftBin is the histogram bin of log ratio r (the edge bins hold the ratios beyond).
+func ttftBin(r float64) int {
+	i := int((r - ttftLogMin) / (ttftLogMax - ttftLogMin) * ttftBins)
+	return min(max(i, 0), ttftBins-1)
+}
+
 // TTFTCorrection learns by how much one cluster's TTFT estimates are off: the factor by
 // which to multiply an estimate so that it matches the time to first byte the gateway
 // observes. It keeps a histogram of log(observed/estimated) whose older observations fade
 // (TTFTCorrectionMemory), and its factor is the typical ratio: the mean of the
-// observations in the densest three neighbouring bins (about ±25 % wide), within
-// [MinTTFTCorrection, MaxTTFTCorrection].
+// observations in the densest three neighbouring bins (about ±25 % wide) from
+// MinTTFTCorrection/2 up, within [MinTTFTCorrection, MaxTTFTCorrection].
 //
 // The typical ratio, not the mean or the median, because the observations of a cluster
 // are often two populations: on a prefix-reusing workload the engine has the prompt cached
@@ -74,8 +87,7 @@ func (c *TTFTCorrection) Observe(estimated, observed time.Duration) {
 		c.weight[i] *= keep
 		c.sum[i] *= keep
 	}
-	i := int((r - ttftLogMin) / (ttftLogMax - ttftLogMin) * ttftBins)
-	i = min(max(i, 0), ttftBins-1)
+	i := ttftBin(r)
 	c.weight[i]++
 	c.sum[i] += r
 	c.total = c.total*keep + 1
@@ -85,16 +97,16 @@ func (c *TTFTCorrection) Observe(estimated, observed time.Duration) {
 	c.factor = c.typical()
 }
 
-// typical is the factor of the densest three neighbouring bins, or 1 when they hold too
-// small a share (or before the warm-up).
+// typical is the factor of the densest three neighbouring bins within the admissible
+// band, or 1 when they hold too small a share (or before the warm-up).
 func (c *TTFTCorrection) typical() float64 {
 	if c.n < TTFTCorrectionWarmup {
 		return 1
 	}
 	best, bestW, bestS := -1, 0.0, 0.0
-	for i := range ttftBins {
+	for i := ttftModeFirst; i < ttftBins; i++ {
 		w, s := c.weight[i], c.sum[i]
-		if i > 0 {
+		if i > ttftModeFirst {
 			w, s = w+c.weight[i-1], s+c.sum[i-1]
 		}
 		if i < ttftBins-1 {

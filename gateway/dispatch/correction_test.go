@@ -37,11 +37,15 @@ func TestTTFTCorrectionLearnsTheTypicalRatio(t *testing.T) {
 		{"a cluster 3× slower than estimated", 50, []float64{3}, 3},
 		{"noise around a ratio gives its centre", 60, []float64{1.45, 1.5, 1.55}, 1.5},
 		{"above the bound the factor is MaxTTFTCorrection", 50, []float64{10}, dispatch.MaxTTFTCorrection},
-		{"below the bound the factor is MinTTFTCorrection", 50, []float64{0.1}, dispatch.MinTTFTCorrection},
+		{"below the bound the factor is MinTTFTCorrection", 50, []float64{0.3}, dispatch.MinTTFTCorrection},
+		{"far faster than estimated is taken for cached answers", 50, []float64{0.1}, 1},
 		// A prefix-reusing workload: 40 % of the answers come from the engine's cache in
 		// 2–8 % of the estimated time, the rest as estimated. A mean or a median would pull
 		// the factor between the two populations; the typical ratio stays 1.
 		{"cached answers do not drag accurate estimates", 100, []float64{1, 0.03, 1, 0.05, 1.01, 0.99, 0.08, 1, 0.02, 1}, 1},
+		// Cached answers in under 1/64 of the estimate all fall into the lowest bin, and
+		// here they are the majority: still no correction's ratio.
+		{"a majority of cached answers is no correction", 100, []float64{0.01, 0.012, 0.01, 1, 1.01, 0.011, 1}, 1},
 		// Two even populations far apart and no typical ratio among them either: the
 		// densest holds the larger share.
 		{"the larger of two populations wins", 100, []float64{2, 2, 2, 0.05, 0.2}, 2},
