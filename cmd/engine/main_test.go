@@ -15,20 +15,13 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/valyala/fasthttp"
-	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
 	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"), // process-wide default dialer
-	)
-}
+func TestMain(m *testing.M) { mocktest.Main(m) }
 
 // The real binary on loopback: stream a chat completion, parse every event, and see the
 // request in the stats stream and /metrics.
@@ -36,11 +29,7 @@ func TestLoopbackRealBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "engine")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := mocktest.Binary(t, "../engine")
 	addr := mocktest.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -214,7 +203,7 @@ func TestBadFlagExitsNonZero(t *testing.T) {
 func TestDeployManifestArgs(t *testing.T) {
 	for _, args := range deploytest.Args(t, "engine") {
 		var c cli
-		k, err := kong.New(&c, kong.Name("engine"), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))
+		k, err := kong.New(&c, append(options(), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +227,7 @@ func TestEnableTestControlFlag(t *testing.T) {
 	} {
 		t.Setenv("SWITCHYARD_ENGINE_ENABLE_TEST_CONTROL", tc.env)
 		var c cli
-		k, err := kong.New(&c, kong.Name("engine"), kong.DefaultEnvars("SWITCHYARD_ENGINE"), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))
+		k, err := kong.New(&c, append(options(), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +249,7 @@ func TestEnableTestControlFlag(t *testing.T) {
 		}
 	}
 	var c cli
-	k, err := kong.New(&c, kong.Name("engine"))
+	k, err := kong.New(&c, options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
