@@ -15,7 +15,7 @@ BENCHCOUNT ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build test openai-client race cover e2e fuzz bench lint deadcode fmt tidy-check tools demo quality overhead chaos soak clean
+.PHONY: help build test openai-client race cover e2e fuzz bench lint deadcode fmt tidy-check tools demo quality overhead chaos soak clean chart-test chart-manifests
 
 help: ## List the targets with a one-line description each.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,10 +26,11 @@ build: ## Build the four binaries (gateway, pylon, engine, bench) into bin/.
 
 OPENAI_CLIENT := gateway/testdata/openai-client
 
-test: build openai-client ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race.
+test: build openai-client ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race, then chart-test.
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 12m ./...
 	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./pylon/relay/ ./pylon/stats/
+	$(MAKE) --no-print-directory chart-test
 
 # The official openai npm client for the gateway's compatibility test: installed when npm
 # is present; without npm the test is skipped, and this says so.
@@ -57,8 +58,9 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 20s).
 bench: ## Go benchmarks (BENCHCOUNT=10 for benchstat input).
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...
 
-lint: $(TOOLS)/golangci-lint ## golangci-lint with .golangci.yml (installs it first if missing).
+lint: $(TOOLS)/golangci-lint ## golangci-lint with .golangci.yml (installs it first if missing), deploy/chartcheck included.
 	$(TOOLS)/golangci-lint run --allow-parallel-runners ./...
+	cd deploy/chartcheck && $(TOOLS)/golangci-lint run --allow-parallel-runners --config ../../.golangci.yml ./...
 
 deadcode: $(TOOLS)/deadcode ## Fail on functions no binary under cmd/ reaches (test-only helpers belong in _test.go files).
 	@out=$$($(TOOLS)/deadcode ./cmd/...) || exit 1; if [ -n "$$out" ]; then echo "$$out"; exit 1; fi
@@ -68,6 +70,15 @@ fmt: $(TOOLS)/gofumpt ## Format every Go file with gofumpt.
 
 tidy-check: ## Fail when go.mod/go.sum are not tidy.
 	$(GO) mod tidy -diff
+
+# The Helm chart's checks live in their own module (deploy/chartcheck: Helm and the
+# Kubernetes libraries stay out of go.mod). About 10 s warm; the first run downloads
+# Helm and the Kubernetes libraries and compiles them (minutes; see docs/deploy.md).
+chart-test: ## Render the Helm chart and check it: lint, strict Kubernetes types, Pod Security, references, flags, deploy/*.yaml current.
+	cd deploy/chartcheck && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
+chart-manifests: ## Regenerate deploy/gateway.yaml and deploy/engine-with-pylon.yaml from the Helm chart.
+	cd deploy/chartcheck && $(GO) test -count=1 -run '^TestPlainManifestsMatchChart$$' . -update
 
 tools: $(TOOLS)/golangci-lint $(TOOLS)/gofumpt $(TOOLS)/benchstat $(TOOLS)/deadcode ## Install pinned golangci-lint, gofumpt, benchstat and deadcode into .bin/.
 
