@@ -126,7 +126,7 @@ func TestCalibrationConfig(t *testing.T) {
 	}
 	cfg.InitialInputTPS, cfg.CalibrationMaxConcurrency, cfg.CalibrationTimeout = 0, 0, 0
 	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), "calibration-max-concurrency") || !strings.Contains(err.Error(), "bringup-calibration-timeout-ms") {
+	if err == nil || !strings.Contains(err.Error(), "calibration-max-concurrency") || !strings.Contains(err.Error(), "bringup-calibration-timeout") {
 		t.Errorf("Validate = %v, want both calibration errors", err)
 	}
 	cfg = pylon.DefaultConfig()

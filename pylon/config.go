@@ -178,14 +178,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.CanaryInterval < 0 || (c.CanaryInterval > 0 && (c.CanaryTimeout <= 0 || c.CanaryThreshold <= 0)) {
-		bad("active-canary-interval-ms must be >= 0, and with canaries bringup-canary-timeout-ms and canary-max-generation-threshold > 0")
+		bad("active-canary-interval must be >= 0, and with canaries bringup-canary-timeout and canary-max-generation-threshold > 0")
 	}
 	if c.GatewayDNS != "" {
 		if _, host, port, err := splitGatewayDNS(c.GatewayDNS); err != nil || host == "" || port == "" {
 			bad("gateway-dns %q must be host:port, http://host:port or https://host:port", c.GatewayDNS)
 		}
 		if c.GatewayDNSInterval <= 0 {
-			bad("gateway-dns-interval-ms must be > 0")
+			bad("gateway-dns-interval must be > 0")
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
@@ -231,10 +231,10 @@ func (c *Config) Validate() error {
 		bad("upstream-backend %q must be passthrough or dynamo", c.UpstreamBackend)
 	}
 	if c.MinUpdateInterval < 100*time.Millisecond || c.MinUpdateInterval > time.Minute {
-		bad("min-update-interval-ms %d must be between 100 and 60000 (the heartbeat gateways accept)", c.MinUpdateInterval.Milliseconds())
+		bad("min-update-interval %v must be between 100ms and 1m (the heartbeat gateways accept)", c.MinUpdateInterval)
 	}
 	if c.StatsUpdateCoalesce < 0 {
-		bad("stats-update-coalesce-ms must be ≥ 0")
+		bad("stats-update-coalesce must be ≥ 0")
 	}
 	if t := c.Admission.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t <= 0 {
 		bad("queue-admission-tolerance %v must be a finite value > 0", t)
@@ -245,23 +245,23 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.DiscoveryPollInterval <= 0 || c.DrainTimeout < 0 || c.MaxRequestBodyBytes <= 0 {
-		bad("model-discovery-poll-interval-ms, drain-timeout-ms and max-request-body-bytes must be positive")
+		bad("model-discovery-poll-interval, drain-timeout and max-request-body-bytes must be positive")
 	}
 	if err := c.ServerLimits.Validate(); err != nil {
 		bad("%v", err)
 	}
 	if c.FirstOutputTimeout < 0 {
-		bad("first-output-timeout-ms must be ≥ 0 (0 = none)")
+		bad("first-output-timeout must be ≥ 0 (0 = none)")
 	}
 	if c.StreamIdleTimeout < 0 {
-		bad("stream-idle-timeout-ms must be ≥ 0 (0 = none)")
+		bad("stream-idle-timeout must be ≥ 0 (0 = none)")
 	}
 	if c.DoCalibration {
 		if c.CalibrationRequests <= 0 || c.CalibrationPromptUnits <= 0 || c.CalibrationMaxConcurrency <= 0 {
 			bad("calibration-requests, calibration-prompt-units and calibration-max-concurrency must be > 0")
 		}
 		if c.CalibrationTimeout <= 0 {
-			bad("bringup-calibration-timeout-ms must be > 0")
+			bad("bringup-calibration-timeout must be > 0")
 		}
 		if c.PinInputTPS {
 			bad("do-calibration and benchmark-pin-input-tps are mutually exclusive")

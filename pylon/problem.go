@@ -77,7 +77,7 @@ const (
 //     it). 503, reason local_connect_failure, always retryable: the
 //     gateway retries on another backend before anything reached its client, and counts
 //     the failure against this backend's health.
-//   - The first-output timeout (the engine sent nothing within --first-output-timeout-ms):
+//   - The first-output timeout (the engine sent nothing within --first-output-timeout):
 //     504, reason first_output_timeout, retryable only with the flag: the engine is
 //     working on the request.
 //   - Anything else (the engine closed the connection but still accepts new ones): 503,

@@ -177,7 +177,7 @@ func TestConfigRejectsNegativeTimeouts(t *testing.T) {
 	}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout = -time.Millisecond, -time.Millisecond
 	err := cfg.Validate()
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "first-output-timeout-ms must be ≥ 0") || !strings.Contains(err.Error(), "stream-idle-timeout-ms must be ≥ 0") {
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "first-output-timeout must be ≥ 0") || !strings.Contains(err.Error(), "stream-idle-timeout must be ≥ 0") {
 		t.Errorf("negative timeouts: %v", err)
 	}
 }

@@ -6,8 +6,7 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"math"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/pylon"
@@ -25,70 +25,81 @@ import (
 var version = "dev"
 
 type cli struct {
-	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
+	// --version, --config, --log-format, --log-level.
+	Common cmdline.Flags `embed:""`
 
-	HTTPListenAddr               string   `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path listen address: requests relayed from gateways and their /health probe."`
-	AdminListenAddr              string   `name:"admin-listen-addr" default:"127.0.0.1:8101" help:"Admin listen address: /metrics, /healthz and /readyz (empty = none)."`
-	UpstreamHTTPBaseURL          string   `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
-	ModelName                    []string `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
-	Gateway                      []string `name:"gateway" sep:"," help:"A gateway's admin URL to register with, e.g. http://127.0.0.1:8001 (repeatable)."`
-	GatewayDNS                   string   `name:"gateway-dns" placeholder:"[https://]HOST:PORT" help:"DNS name whose addresses are gateway replicas' admin listeners (e.g. a headless Service); the pylon registers with every address and follows changes. Prefix https:// to register over TLS."`
-	GatewayDNSIntervalMs         uint64   `name:"gateway-dns-interval-ms" default:"5000" help:"How often --gateway-dns is re-resolved."`
-	ActiveCanaryIntervalMs       uint64   `name:"active-canary-interval-ms" default:"5000" help:"Period of the canary completion sent to the engine (0 disables canaries); a failing or runaway canary advertises the models INACTIVE."`
-	BringupCanaryTimeoutMs       uint64   `name:"bringup-canary-timeout-ms" default:"5000" help:"Longest wait for a canary's answer."`
-	CanaryMaxGenerationThreshold int      `name:"canary-max-generation-threshold" default:"237" help:"The canary's max_tokens; a canary that generates exactly this many tokens is a runaway generation (1: a liveness check only, for reasoning models)."`
-	AdvertiseURL                 string   `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
-	InferenceServerID            string   `name:"inference-server-id" default:"pylon" help:"Backend id."`
-	ClusterID                    string   `name:"cluster-id" help:"Cluster id (default = inference server id)."`
-	MaxEngineConcurrency         uint64   `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
-	InitialInputTPS              float64  `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
-	BenchmarkPinInputTPS         bool     `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
-	DoCalibration                bool     `name:"do-calibration" help:"Calibrate input tokens/s with synthetic requests before registering (only for a cluster's sole pylon; excludes --initial-input-tps)."`
-	CalibrationRequests          int      `name:"calibration-requests" default:"5" help:"Calibration: request count of the first step (doubles per step)."`
-	CalibrationPromptUnit        int      `name:"calibration-prompt-units" default:"4096" help:"Calibration: largest prompt size in tokens (the ramp starts at 256 and doubles)."`
-	CalibrationMaxConc           int      `name:"calibration-max-concurrency" default:"4" help:"Calibration: largest concurrency (starts at 1, +1 per step)."`
-	CalibrationTimeoutMs         uint64   `name:"bringup-calibration-timeout-ms" default:"30000" help:"Calibration: a step taking longer means the engine is saturated and ends the ramp."`
-	EngineStatsStream            string   `name:"engine-stats-stream" default:"auto" enum:"auto,required,off" help:"Engine NDJSON stats stream: auto, required or off."`
-	EngineStatsStreamPath        string   `name:"engine-stats-stream-path" default:"/pylon/v1/stats/stream" help:"Path of the engine stats stream."`
-	EngineMetrics                string   `name:"engine-metrics" default:"off" enum:"off,vllm,sglang" help:"Scrape the engine's Prometheus /metrics: off, vllm or sglang."`
-	KVCacheStatsPath             string   `name:"kv-cache-stats-path" help:"Engine path polled every second for KV cache stats (empty = off)."`
-	MinUpdateIntervalMs          uint64   `name:"min-update-interval-ms" default:"1000" help:"Registration heartbeat period."`
-	StatsUpdateCoalesceMs        uint64   `name:"stats-update-coalesce-ms" default:"10" help:"Minimum spacing of change-driven registration updates."`
+	HTTPListenAddr               string        `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path listen address: requests relayed from gateways and their /health probe."`
+	AdminListenAddr              string        `name:"admin-listen-addr" default:"127.0.0.1:8101" help:"Admin listen address: /metrics, /healthz and /readyz (empty = none)."`
+	UpstreamHTTPBaseURL          string        `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
+	ModelName                    []string      `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
+	Gateway                      []string      `name:"gateway" sep:"," help:"A gateway's admin URL to register with, e.g. http://127.0.0.1:8001 (repeatable)."`
+	GatewayDNS                   string        `name:"gateway-dns" placeholder:"[https://]HOST:PORT" help:"DNS name whose addresses are gateway replicas' admin listeners (e.g. a headless Service); the pylon registers with every address and follows changes. Prefix https:// to register over TLS."`
+	GatewayDNSInterval           time.Duration `name:"gateway-dns-interval" default:"5s" help:"How often --gateway-dns is re-resolved."`
+	ActiveCanaryInterval         time.Duration `name:"active-canary-interval" default:"5s" help:"Period of the canary completion sent to the engine (0 disables canaries); a failing or runaway canary advertises the models INACTIVE."`
+	BringupCanaryTimeout         time.Duration `name:"bringup-canary-timeout" default:"5s" help:"Longest wait for a canary's answer."`
+	CanaryMaxGenerationThreshold int           `name:"canary-max-generation-threshold" default:"237" help:"The canary's max_tokens; a canary that generates exactly this many tokens is a runaway generation (1: a liveness check only, for reasoning models)."`
+	AdvertiseURL                 string        `name:"advertise-url" help:"How gateways reach this pylon (default http://<listen addr>)."`
+	InferenceServerID            string        `name:"inference-server-id" default:"pylon" help:"Backend id."`
+	ClusterID                    string        `name:"cluster-id" help:"Cluster id (default = inference server id)."`
+	MaxEngineConcurrency         uint64        `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
+	InitialInputTPS              float64       `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
+	BenchmarkPinInputTPS         bool          `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
+	DoCalibration                bool          `name:"do-calibration" help:"Calibrate input tokens/s with synthetic requests before registering (only for a cluster's sole pylon; excludes --initial-input-tps)."`
+	CalibrationRequests          int           `name:"calibration-requests" default:"5" help:"Calibration: request count of the first step (doubles per step)."`
+	CalibrationPromptUnit        int           `name:"calibration-prompt-units" default:"4096" help:"Calibration: largest prompt size in tokens (the ramp starts at 256 and doubles)."`
+	CalibrationMaxConc           int           `name:"calibration-max-concurrency" default:"4" help:"Calibration: largest concurrency (starts at 1, +1 per step)."`
+	CalibrationTimeout           time.Duration `name:"bringup-calibration-timeout" default:"30s" help:"Calibration: a step taking longer means the engine is saturated and ends the ramp."`
+	EngineStatsStream            string        `name:"engine-stats-stream" default:"auto" enum:"auto,required,off" help:"Engine NDJSON stats stream: auto, required or off."`
+	EngineStatsStreamPath        string        `name:"engine-stats-stream-path" default:"/pylon/v1/stats/stream" help:"Path of the engine stats stream."`
+	EngineMetrics                string        `name:"engine-metrics" default:"off" enum:"off,vllm,sglang" help:"Scrape the engine's Prometheus /metrics: off, vllm or sglang."`
+	KVCacheStatsPath             string        `name:"kv-cache-stats-path" help:"Engine path polled every second for KV cache stats (empty = off)."`
+	MinUpdateInterval            time.Duration `name:"min-update-interval" default:"1s" help:"Registration heartbeat period (100ms to 1m)."`
+	StatsUpdateCoalesce          time.Duration `name:"stats-update-coalesce" default:"10ms" help:"Minimum spacing of change-driven registration updates."`
 
-	QueueAdmission             bool    `name:"queue-admission" default:"true" negatable:"" help:"Local queue admission."`
-	QueueAdmissionMinDeltaMs   uint64  `name:"queue-admission-min-delta-ms" default:"25" help:"Additive admission tolerance."`
-	QueueAdmissionTolerance    float64 `name:"queue-admission-tolerance" default:"1.25" help:"Multiplicative admission tolerance."`
-	QueueMismatchRetryAfterMs  uint64  `name:"queue-mismatch-retry-after-ms" default:"0" help:"x-stargate-retry-after-ms on admission 429s (0 = none)."`
-	UpstreamBackend            string  `name:"upstream-backend" default:"passthrough" enum:"passthrough,dynamo" help:"dynamo adds x-dynamo-request-priority headers; passthrough adds none."`
-	PriorityCeiling            uint32  `name:"priority-ceiling" default:"3600" help:"Dynamo priority = max(0, ceiling − x-priority)."`
-	RetryableStatusCodes       []int   `name:"retryable-upstream-status-codes" default:"429,503" sep:"," help:"Engine statuses that may be marked retryable."`
-	RequireUpstreamRetryHeader bool    `name:"require-upstream-retry-header" default:"true" negatable:"" help:"Require the engine's retry header before marking a response retryable."`
-	UpstreamRetryHeader        string  `name:"upstream-retry-header" default:"x-stargate-upstream-retryable" help:"Engine → pylon retry signal header."`
-	PropagateRetryAfter        bool    `name:"propagate-retry-after" default:"true" negatable:"" help:"Convert the engine's Retry-After to x-stargate-retry-after-ms."`
-	LocalConnectFailRetryable  bool    `name:"local-connect-failures-retryable" help:"Also mark retryable the engine failures that may have left work on the engine (a connection it closed while still accepting new ones, the first-output timeout, a shutdown's abort). An unreachable engine (no connection can be made) is always answered retryable."`
-	ModelDiscoveryPollMs       uint64  `name:"model-discovery-poll-interval-ms" default:"5000" help:"Model discovery poll period."`
-	DrainTimeoutMs             uint64  `name:"drain-timeout-ms" default:"30000" help:"Longest wait for in-flight requests on SIGTERM; then their engine and client connections are closed."`
-	FirstOutputTimeoutMs       uint64  `name:"first-output-timeout-ms" default:"30000" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
-	StreamIdleTimeoutMs        uint64  `name:"stream-idle-timeout-ms" default:"30000" help:"Longest wait for more response bytes once the engine has started answering: the stream is cut (0 = none)."`
-	RequireStreaming           bool    `name:"require-streaming" help:"Reject chat and responses bodies without \"stream\": true (400)."`
-	ControlToken               string  `name:"control-token" help:"Bearer token presented to the gateways' control endpoint (prefer --control-token-file or SWITCHYARD_PYLON_CONTROL_TOKEN: a flag shows in the process list)."`
-	ControlTokenFile           string  `name:"control-token-file" type:"path" help:"File holding the gateways' control token; re-read when it changes (Kubernetes Secret volumes). Excludes --control-token."`
-	TLSCertFile                string  `name:"tls-cert-file" type:"path" help:"PEM certificate: the data and admin listeners serve TLS (advertised URL https://). Re-read when it changes."`
-	TLSKeyFile                 string  `name:"tls-key-file" type:"path" help:"PEM private key of --tls-cert-file."`
-	TLSClientCAFile            string  `name:"tls-client-ca-file" type:"path" help:"PEM CA bundle: gateways must present a client certificate it signed on the data listener (mutual TLS; needs --tls-cert-file)."`
-	TLSCAFile                  string  `name:"tls-ca-file" type:"path" help:"PEM CA bundle that verifies https gateways and an https engine (default: the system roots)."`
-	TLSServerName              string  `name:"tls-server-name" help:"Name expected in the gateways' certificates instead of the address dialled (e.g. the headless Service's name when --gateway-dns yields pod IPs)."`
-	TLSClientCertFile          string  `name:"tls-client-cert-file" type:"path" help:"PEM client certificate presented to gateways when registering (mutual TLS); re-read when it changes."`
-	TLSClientKeyFile           string  `name:"tls-client-key-file" type:"path" help:"PEM private key of --tls-client-cert-file."`
-	MetricsPrefix              string  `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
-	MaxRequestBodyBytes        int     `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
-	LogLevel                   string  `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	QueueAdmission             bool          `name:"queue-admission" default:"true" negatable:"" help:"Local queue admission."`
+	QueueAdmissionMinDelta     time.Duration `name:"queue-admission-min-delta" default:"25ms" help:"Additive admission tolerance (whole milliseconds)."`
+	QueueAdmissionTolerance    float64       `name:"queue-admission-tolerance" default:"1.25" help:"Multiplicative admission tolerance."`
+	QueueMismatchRetryAfter    time.Duration `name:"queue-mismatch-retry-after" default:"0s" help:"x-stargate-retry-after-ms on admission 429s, in whole milliseconds (0 = none)."`
+	UpstreamBackend            string        `name:"upstream-backend" default:"passthrough" enum:"passthrough,dynamo" help:"dynamo adds x-dynamo-request-priority headers; passthrough adds none."`
+	PriorityCeiling            uint32        `name:"priority-ceiling" default:"3600" help:"Dynamo priority = max(0, ceiling − x-priority)."`
+	RetryableStatusCodes       []int         `name:"retryable-upstream-status-codes" default:"429,503" sep:"," help:"Engine statuses that may be marked retryable."`
+	RequireUpstreamRetryHeader bool          `name:"require-upstream-retry-header" default:"true" negatable:"" help:"Require the engine's retry header before marking a response retryable."`
+	UpstreamRetryHeader        string        `name:"upstream-retry-header" default:"x-stargate-upstream-retryable" help:"Engine → pylon retry signal header."`
+	PropagateRetryAfter        bool          `name:"propagate-retry-after" default:"true" negatable:"" help:"Convert the engine's Retry-After to x-stargate-retry-after-ms."`
+	LocalConnectFailRetryable  bool          `name:"local-connect-failures-retryable" help:"Also mark retryable the engine failures that may have left work on the engine (a connection it closed while still accepting new ones, the first-output timeout, a shutdown's abort). An unreachable engine (no connection can be made) is always answered retryable."`
+	ModelDiscoveryPoll         time.Duration `name:"model-discovery-poll-interval" default:"5s" help:"Model discovery poll period."`
+	DrainTimeout               time.Duration `name:"drain-timeout" default:"30s" help:"Longest wait for in-flight requests on SIGTERM; then their engine and client connections are closed."`
+	FirstOutputTimeout         time.Duration `name:"first-output-timeout" default:"30s" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
+	StreamIdleTimeout          time.Duration `name:"stream-idle-timeout" default:"30s" help:"Longest wait for more response bytes once the engine has started answering: the stream is cut (0 = none)."`
+	RequireStreaming           bool          `name:"require-streaming" help:"Reject chat and responses bodies without \"stream\": true (400)."`
+	ControlToken               string        `name:"control-token" help:"Bearer token presented to the gateways' control endpoint (prefer --control-token-file or SWITCHYARD_PYLON_CONTROL_TOKEN: a flag shows in the process list)."`
+	ControlTokenFile           string        `name:"control-token-file" type:"path" help:"File holding the gateways' control token; re-read when it changes (Kubernetes Secret volumes). Excludes --control-token."`
+	TLSCertFile                string        `name:"tls-cert-file" type:"path" help:"PEM certificate: the data and admin listeners serve TLS (advertised URL https://). Re-read when it changes."`
+	TLSKeyFile                 string        `name:"tls-key-file" type:"path" help:"PEM private key of --tls-cert-file."`
+	TLSClientCAFile            string        `name:"tls-client-ca-file" type:"path" help:"PEM CA bundle: gateways must present a client certificate it signed on the data listener (mutual TLS; needs --tls-cert-file)."`
+	TLSCAFile                  string        `name:"tls-ca-file" type:"path" help:"PEM CA bundle that verifies https gateways and an https engine (default: the system roots)."`
+	TLSServerName              string        `name:"tls-server-name" help:"Name expected in the gateways' certificates instead of the address dialled (e.g. the headless Service's name when --gateway-dns yields pod IPs)."`
+	TLSClientCertFile          string        `name:"tls-client-cert-file" type:"path" help:"PEM client certificate presented to gateways when registering (mutual TLS); re-read when it changes."`
+	TLSClientKeyFile           string        `name:"tls-client-key-file" type:"path" help:"PEM private key of --tls-client-cert-file."`
+	MetricsPrefix              string        `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
+	MaxRequestBodyBytes        int           `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
 	// The data and admin listeners' connection limits (each listener has its own cap).
 	Limits httpserver.Flags `embed:""`
-}
 
-func ms(v uint64) time.Duration {
-	return time.Duration(min(v, math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond
+	// The millisecond forms of the durations above, from before they took Go durations
+	// (deployments and the bench pass them); hidden, applied by cmdline.ApplyMillis.
+	GatewayDNSIntervalMs      uint64 `name:"gateway-dns-interval-ms" hidden:"" millis-of:"gateway-dns-interval" help:"--gateway-dns-interval in milliseconds."`
+	ActiveCanaryIntervalMs    uint64 `name:"active-canary-interval-ms" hidden:"" millis-of:"active-canary-interval" help:"--active-canary-interval in milliseconds."`
+	BringupCanaryTimeoutMs    uint64 `name:"bringup-canary-timeout-ms" hidden:"" millis-of:"bringup-canary-timeout" help:"--bringup-canary-timeout in milliseconds."`
+	CalibrationTimeoutMs      uint64 `name:"bringup-calibration-timeout-ms" hidden:"" millis-of:"bringup-calibration-timeout" help:"--bringup-calibration-timeout in milliseconds."`
+	MinUpdateIntervalMs       uint64 `name:"min-update-interval-ms" hidden:"" millis-of:"min-update-interval" help:"--min-update-interval in milliseconds."`
+	StatsUpdateCoalesceMs     uint64 `name:"stats-update-coalesce-ms" hidden:"" millis-of:"stats-update-coalesce" help:"--stats-update-coalesce in milliseconds."`
+	QueueAdmissionMinDeltaMs  uint64 `name:"queue-admission-min-delta-ms" hidden:"" millis-of:"queue-admission-min-delta" help:"--queue-admission-min-delta in milliseconds."`
+	QueueMismatchRetryAfterMs uint64 `name:"queue-mismatch-retry-after-ms" hidden:"" millis-of:"queue-mismatch-retry-after" help:"--queue-mismatch-retry-after in milliseconds."`
+	ModelDiscoveryPollMs      uint64 `name:"model-discovery-poll-interval-ms" hidden:"" millis-of:"model-discovery-poll-interval" help:"--model-discovery-poll-interval in milliseconds."`
+	DrainTimeoutMs            uint64 `name:"drain-timeout-ms" hidden:"" millis-of:"drain-timeout" help:"--drain-timeout in milliseconds."`
+	FirstOutputTimeoutMs      uint64 `name:"first-output-timeout-ms" hidden:"" millis-of:"first-output-timeout" help:"--first-output-timeout in milliseconds."`
+	StreamIdleTimeoutMs       uint64 `name:"stream-idle-timeout-ms" hidden:"" millis-of:"stream-idle-timeout" help:"--stream-idle-timeout in milliseconds."`
 }
 
 func (c *cli) config() pylon.Config {
@@ -97,40 +108,55 @@ func (c *cli) config() pylon.Config {
 	cfg.AdvertiseURL, cfg.ID, cfg.ClusterID = c.AdvertiseURL, c.InferenceServerID, c.ClusterID
 	cfg.MaxEngineConcurrency, cfg.InitialInputTPS, cfg.PinInputTPS, cfg.DoCalibration = c.MaxEngineConcurrency, c.InitialInputTPS, c.BenchmarkPinInputTPS, c.DoCalibration
 	cfg.CalibrationRequests, cfg.CalibrationPromptUnits, cfg.CalibrationMaxConcurrency = c.CalibrationRequests, c.CalibrationPromptUnit, c.CalibrationMaxConc
-	cfg.CalibrationTimeout = ms(c.CalibrationTimeoutMs)
+	cfg.CalibrationTimeout = c.CalibrationTimeout
 	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
-	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = ms(c.MinUpdateIntervalMs), ms(c.StatsUpdateCoalesceMs)
-	cfg.GatewayDNS, cfg.GatewayDNSInterval = c.GatewayDNS, ms(c.GatewayDNSIntervalMs)
-	cfg.CanaryInterval, cfg.CanaryTimeout, cfg.CanaryThreshold = ms(c.ActiveCanaryIntervalMs), ms(c.BringupCanaryTimeoutMs), c.CanaryMaxGenerationThreshold
-	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: c.QueueAdmissionMinDeltaMs, Tolerance: c.QueueAdmissionTolerance}
-	cfg.QueueMismatchRetryAfterMs = c.QueueMismatchRetryAfterMs
+	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = c.MinUpdateInterval, c.StatsUpdateCoalesce
+	cfg.GatewayDNS, cfg.GatewayDNSInterval = c.GatewayDNS, c.GatewayDNSInterval
+	cfg.CanaryInterval, cfg.CanaryTimeout, cfg.CanaryThreshold = c.ActiveCanaryInterval, c.BringupCanaryTimeout, c.CanaryMaxGenerationThreshold
+	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: wholeMs(c.QueueAdmissionMinDelta), Tolerance: c.QueueAdmissionTolerance}
+	cfg.QueueMismatchRetryAfterMs = wholeMs(c.QueueMismatchRetryAfter)
 	cfg.UpstreamBackend, cfg.PriorityCeiling, cfg.RetryableStatusCodes = c.UpstreamBackend, c.PriorityCeiling, c.RetryableStatusCodes
 	cfg.RequireUpstreamRetryHeader, cfg.UpstreamRetryHeader, cfg.PropagateRetryAfter = c.RequireUpstreamRetryHeader, c.UpstreamRetryHeader, c.PropagateRetryAfter
-	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, ms(c.ModelDiscoveryPollMs), ms(c.DrainTimeoutMs)
+	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, c.ModelDiscoveryPoll, c.DrainTimeout
 	cfg.ControlToken, cfg.ControlTokenFile, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.ControlTokenFile, c.MetricsPrefix, c.MaxRequestBodyBytes
 	cfg.AdminListenAddr = c.AdminListenAddr
 	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
-	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = ms(c.FirstOutputTimeoutMs), ms(c.StreamIdleTimeoutMs), c.RequireStreaming
+	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = c.FirstOutputTimeout, c.StreamIdleTimeout, c.RequireStreaming
 	cfg.ServerLimits = c.Limits.Limits()
 	return cfg
 }
 
-// Validate rejects bad flag values with one line per reason (kong exits non-zero).
-func (c *cli) Validate() error {
+// wholeMs is d in whole milliseconds, for the settings kept in milliseconds (negative
+// values are rejected by Validate first).
+func wholeMs(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
+
+// Validate rejects bad flag values with one line per reason (exit status 2).
+func (c *cli) Validate(kctx *kong.Context) error {
+	if err := cmdline.ApplyMillis(kctx); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"queue-admission-min-delta", c.QueueAdmissionMinDelta}, {"queue-mismatch-retry-after", c.QueueMismatchRetryAfter}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("--%s %v must be ≥ 0", d.name, d.v))
+		}
+	}
 	cfg := c.config()
-	return errors.Join(c.Limits.Validate(), cfg.Validate())
+	return errors.Join(errors.Join(errs...), c.Limits.Validate(), cfg.Validate())
 }
 
 func (c *cli) Run() error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return err
+	logger, err := c.Common.Logger()
+	if err != nil {
+		return cmdline.Config(err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	p, err := pylon.New(c.config(), pylon.Deps{Logger: logger, Version: version})
 	if err != nil {
-		return err
+		return cmdline.Config(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -139,20 +165,8 @@ func (c *cli) Run() error {
 
 // options are the kong options of the command line (shared with the tests).
 func options() []kong.Option {
-	return []kong.Option{
-		kong.Name("pylon"),
-		kong.Description("Switchyard pylon: sidecar next to one inference engine (registration, load stats, local queue admission, stream relay)."),
-		kong.UsageOnError(),
-		kong.DefaultEnvars("SWITCHYARD_PYLON"),
-		kong.Vars{"version": "pylon " + version},
-	}
+	return cmdline.Options("pylon",
+		"Switchyard pylon: sidecar next to one inference engine (registration, load stats, local queue admission, stream relay).", version)
 }
 
-func main() {
-	var c cli
-	ctx := kong.Parse(&c, options()...)
-	if err := ctx.Run(); err != nil {
-		ctx.Errorf("%v", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdline.Main(&cli{}, options()...) }
