@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
@@ -23,8 +23,8 @@ import (
 var version = "dev"
 
 type cli struct {
-	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
-	Config  kong.ConfigFlag  `help:"JSON config file with flag values (keys in snake_case)." placeholder:"FILE" env:"-"`
+	// --version, --config, --log-format, --log-level.
+	Common cmdline.Flags `embed:""`
 
 	HTTPListenAddr               string        `name:"http-listen-addr" help:"Public listen address: the OpenAI API (/v1/...), /healthz and /readyz. Nothing here changes routing." default:"127.0.0.1:8000"`
 	AdminListenAddr              string        `name:"admin-listen-addr" help:"Admin listen address: the control endpoint pylons register on (/control/v1/backends), /metrics, /debug/state and /debug/pprof. On a non-loopback address the gateway refuses to start without a control token (or --insecure-no-control-auth)." default:"127.0.0.1:8001"`
@@ -49,9 +49,9 @@ type cli struct {
 	ProxyMaxReplayBodyBytes      int           `name:"proxy-max-replay-body-bytes" help:"Largest request body (kept for replay on retries); larger bodies get 413." default:"67108864"`
 	ProxyRequirePylonRetrySignal bool          `name:"proxy-require-pylon-retry-signal" help:"Retry 429/503 only when the pylon sets x-stargate-retryable: true." default:"true" negatable:""`
 	ProxyRetryBudgetHeader       string        `name:"proxy-retry-budget-header" help:"Request header carrying the retry budget in ms from arrival (empty disables)." default:"x-stargate-max-wait-ms"`
-	HealthProbeIntervalMs        int           `name:"health-probe-interval-ms" help:"RTT probe period per backend (GET /health through the data pool)." default:"1000"`
-	HeartbeatMs                  int           `name:"heartbeat-ms" help:"Heartbeat expected from pylons that do not say theirs; a backend expires after 3 missed heartbeats." default:"1000"`
-	MinBackendExpiryMs           int           `name:"min-backend-expiry-ms" help:"A backend expires after 3 missed heartbeats, but never sooner than this." default:"3000"`
+	HealthProbeInterval          time.Duration `name:"health-probe-interval" help:"RTT probe period per backend (GET /health through the data pool)." default:"1s"`
+	Heartbeat                    time.Duration `name:"heartbeat" help:"Heartbeat expected from pylons that do not say theirs; a backend expires after 3 missed heartbeats." default:"1s"`
+	MinBackendExpiry             time.Duration `name:"min-backend-expiry" help:"A backend expires after 3 missed heartbeats, but never sooner than this." default:"3s"`
 	ControlToken                 string        `name:"control-token" help:"Bearer token every admin request must present (prefer --control-token-file or the SWITCHYARD_GATEWAY_CONTROL_TOKEN variable: a flag shows in the process list). Empty = no auth, allowed only on a loopback admin address." default:""`
 	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
@@ -65,18 +65,30 @@ type cli struct {
 	OutlierMaxEjectionPercent    int           `name:"outlier-max-ejection-percent" help:"Most backends of one routing target ejected at once, in percent (always at least one; 100: all may be)." default:"50"`
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
-	LogLevel                     string        `name:"log-level" help:"Log level." enum:"debug,info,warn,error" default:"info"`
 	// The public and admin listeners' connection limits (each listener has its own cap).
 	Limits httpserver.Flags `embed:""`
+
+	// The millisecond forms of the durations above, from before they took Go durations;
+	// hidden, applied by cmdline.ApplyMillis.
+	HealthProbeIntervalMs int `name:"health-probe-interval-ms" hidden:"" millis-of:"health-probe-interval" help:"--health-probe-interval in milliseconds."`
+	HeartbeatMs           int `name:"heartbeat-ms" hidden:"" millis-of:"heartbeat" help:"--heartbeat in milliseconds."`
+	MinBackendExpiryMs    int `name:"min-backend-expiry-ms" hidden:"" millis-of:"min-backend-expiry" help:"--min-backend-expiry in milliseconds."`
 }
 
-func (c *cli) Validate() error {
-	var errs []error
-	if c.HealthProbeIntervalMs <= 0 {
-		errs = append(errs, fmt.Errorf("--health-probe-interval-ms %d must be > 0", c.HealthProbeIntervalMs))
+// Validate rejects bad flag values with one line per reason (exit status 2).
+func (c *cli) Validate(kctx *kong.Context) error {
+	if err := cmdline.ApplyMillis(kctx); err != nil {
+		return err
 	}
-	if c.HeartbeatMs <= 0 {
-		errs = append(errs, fmt.Errorf("--heartbeat-ms %d must be > 0", c.HeartbeatMs))
+	var errs []error
+	if c.HealthProbeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--health-probe-interval %v must be > 0", c.HealthProbeInterval))
+	}
+	if c.Heartbeat <= 0 {
+		errs = append(errs, fmt.Errorf("--heartbeat %v must be > 0", c.Heartbeat))
+	}
+	if c.MinBackendExpiry < 0 {
+		errs = append(errs, fmt.Errorf("--min-backend-expiry %v must be ≥ 0", c.MinBackendExpiry))
 	}
 	if c.ProxyMaxConnectRetries < 0 || c.ProxyMaxRequestRetries < 0 {
 		errs = append(errs, errors.New("--proxy-max-connect-retries and --proxy-max-request-retries must be >= 0"))
@@ -114,18 +126,15 @@ func offIfZero(f float64) float64 {
 	return f
 }
 
-func (c *cli) Run() error {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.LogLevel))
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	cfg := gateway.Config{
+func (c *cli) config() gateway.Config {
+	return gateway.Config{
 		ListenAddr: c.HTTPListenAddr, GatewayID: c.GatewayID, LBConfigPath: c.LBConfigPath,
 		MaxConnectRetries: retries(c.ProxyMaxConnectRetries), MaxRequestRetries: retries(c.ProxyMaxRequestRetries),
 		MaxReplayBodyBytes: c.ProxyMaxReplayBodyBytes, NoRequirePylonRetrySig: !c.ProxyRequirePylonRetrySignal,
 		RetryBudgetHeader: c.ProxyRetryBudgetHeader, NoRetryBudgetHeader: c.ProxyRetryBudgetHeader == "",
-		HealthProbeInterval: time.Duration(c.HealthProbeIntervalMs) * time.Millisecond,
-		Heartbeat:           time.Duration(c.HeartbeatMs) * time.Millisecond,
-		MinExpiry:           time.Duration(max(c.MinBackendExpiryMs, 1)) * time.Millisecond,
+		HealthProbeInterval: c.HealthProbeInterval,
+		Heartbeat:           c.Heartbeat,
+		MinExpiry:           max(c.MinBackendExpiry, time.Millisecond),
 		AdminListenAddr:     c.AdminListenAddr, ControlToken: c.ControlToken, ControlTokenFile: c.ControlTokenFile,
 		InsecureNoControlAuth: c.InsecureNoControlAuth, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
 		MaxAdminBodyBytes: c.MaxAdminBodyBytes, MaxModelsPerBackend: c.MaxModelsPerBackend, TargetCollectGrace: c.TargetCollectGrace,
@@ -139,9 +148,16 @@ func (c *cli) Run() error {
 		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent,
 		ServerLimits: c.Limits.Limits(),
 	}
-	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger})
+}
+
+func (c *cli) Run() error {
+	logger, err := c.Common.Logger()
 	if err != nil {
-		return err
+		return cmdline.Config(err)
+	}
+	g, err := gateway.New(c.config(), gateway.Deps{Now: time.Now, Logger: logger})
+	if err != nil {
+		return cmdline.Config(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -161,18 +177,11 @@ func (c *cli) Run() error {
 	return g.Run(ctx)
 }
 
-func main() {
-	var c cli
-	ctx := kong.Parse(&c,
-		kong.Name("gateway"),
-		kong.Description("Switchyard gateway: OpenAI-compatible LLM request router. It estimates TTFT (RTT + queue + prefill) on every candidate engine, waits and widens over TTFT buckets, keeps prompt-cache affinity, honours engine concurrency, retries with exclusions and streams responses back."),
-		kong.UsageOnError(),
-		kong.DefaultEnvars("SWITCHYARD_GATEWAY"),
-		kong.Configuration(kong.JSON),
-		kong.Vars{"version": "gateway " + version},
-	)
-	if err := ctx.Run(); err != nil {
-		ctx.Errorf("%v", err)
-		os.Exit(1)
-	}
+// options are the kong options of the command line (shared with the tests).
+func options() []kong.Option {
+	return cmdline.Options("gateway",
+		"Switchyard gateway: OpenAI-compatible LLM request router. It estimates TTFT (RTT + queue + prefill) on every candidate engine, waits and widens over TTFT buckets, keeps prompt-cache affinity, honours engine concurrency, retries with exclusions and streams responses back.",
+		version)
 }
+
+func main() { cmdline.Main(&cli{}, options()...) }

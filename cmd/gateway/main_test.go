@@ -18,7 +18,7 @@ import (
 func TestDeployManifestArgs(t *testing.T) {
 	for _, args := range deploytest.Args(t, "gateway") {
 		var c cli
-		k, err := kong.New(&c, kong.Name("gateway"), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))
+		k, err := kong.New(&c, append(options(), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))...)
 		if err != nil {
 			t.Fatal(err)
 		}
