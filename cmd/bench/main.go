@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -23,13 +22,15 @@ import (
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/scenarios"
 	"github.com/switchyard/switchyard/bench/score"
+	"github.com/switchyard/switchyard/internal/cmdline"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 type cli struct {
-	Version kong.VersionFlag `short:"V" help:"Print version and exit." env:"-"`
+	// --version, --config, --log-format, --log-level (the runner's own log lines).
+	Common cmdline.Flags `embed:""`
 
 	LBMicrobench microbenchCmd    `cmd:"" name:"lb-microbench" help:"Measure the cost of one routing decision per algorithm (the reference router's microbenchmark scenarios)."`
 	Run          runCmd           `cmd:"" help:"Launch a local fleet for a scenario once per algorithm, drive it and compare the algorithms."`
@@ -86,7 +87,6 @@ type runCmd struct {
 	Algorithms   []string      `sep:"," help:"Only these algorithms (labels from the scenario), comma-separated."`
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"30s" help:"How long each fleet may take to become routable."`
-	LogLevel     string        `name:"log-level" default:"info" enum:"debug,info,warn,error" help:"Log level of the runner's own messages (stderr)."`
 	Expect       bool          `default:"true" negatable:"" help:"Exit 1 when a check of the scenario's expect section is missed (--no-expect: report the checks, exit 0)."`
 }
 
@@ -96,14 +96,15 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-func (c *runCmd) Run() error {
+// Run runs the scenario; common holds the global flags (its logger is the runner's).
+func (c *runCmd) Run(common *cmdline.Flags) error {
 	s, err := loadScenario(c.Scenario)
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return err
+	logger, err := common.Logger()
+	if err != nil {
+		return cmdline.Config(err)
 	}
 	out := c.Out
 	if out == "" {
@@ -114,7 +115,7 @@ func (c *runCmd) Run() error {
 	rep, err := runner.Run(ctx, runner.Options{
 		Scenario: s, Seed: c.seed(s), TimeScale: c.TimeScale, Algorithms: c.Algorithms, OutDir: out,
 		Bin: fleet.BinariesIn(c.BinDir), ReadyTimeout: c.ReadyTimeout, Progress: newProgress(os.Stderr),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Logger: logger,
 	})
 	if ctx.Err() != nil {
 		return errors.New("interrupted; every fleet process was stopped")
@@ -223,17 +224,15 @@ func listScenarios(out io.Writer) error {
 	return w.Flush()
 }
 
+// options are the kong options of the command line (shared with the tests); c's
+// global flags are bound for the commands' Run methods.
+func options(c *cli) []kong.Option {
+	return append(cmdline.Options("bench",
+		"Switchyard bench: runs a local fleet, drives workloads and compares routing algorithms side by side.", version),
+		kong.Bind(&c.Common))
+}
+
 func main() {
 	var c cli
-	ctx := kong.Parse(&c,
-		kong.Name("bench"),
-		kong.Description("Switchyard bench: runs a local fleet, drives workloads and compares routing algorithms side by side."),
-		kong.UsageOnError(),
-		kong.DefaultEnvars("SWITCHYARD_BENCH"),
-		kong.Vars{"version": "bench " + version},
-	)
-	if err := ctx.Run(); err != nil {
-		ctx.Errorf("%v", err)
-		os.Exit(1)
-	}
+	cmdline.Main(&c, options(&c)...)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard/switchyard/bench/fleet"
 	"github.com/switchyard/switchyard/bench/overhead"
 	"github.com/switchyard/switchyard/bench/score"
+	"github.com/switchyard/switchyard/internal/cmdline"
 )
 
 func TestListScenarios(t *testing.T) {
@@ -279,7 +280,7 @@ func TestExpectErrIsTheExitStatus(t *testing.T) {
 	}
 	for args, want := range map[string]bool{"": true, "--no-expect": false, "--expect": true} {
 		var c cli
-		p, err := kong.New(&c, kong.Name("bench"))
+		p, err := kong.New(&c, options(&c)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,5 +291,41 @@ func TestExpectErrIsTheExitStatus(t *testing.T) {
 		if c.Run.Expect != want {
 			t.Errorf("%v: Expect %v, want %v", argv, c.Run.Expect, want)
 		}
+	}
+}
+
+// The global flags work after the command too, and reach the runner; a config file may
+// hold the selected command's flags; a misspelt key exits 2 before anything runs.
+func TestGlobalFlagsConfigFileAndExitStatus(t *testing.T) {
+	var c cli
+	p, err := kong.New(&c, append(options(&c), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "bench.yaml")
+	if err := os.WriteFile(good, []byte("ready_timeout: 1m\nalgorithms: [a, b]\nlog_format: json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse([]string{"run", "--scenario", "demo", "--config", good, "--log-level", "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Run.ReadyTimeout != time.Minute || strings.Join(c.Run.Algorithms, ",") != "a,b" || c.Common.LogFormat != "json" || c.Common.LogLevel != "debug" {
+		t.Errorf("ready timeout %v, algorithms %v, log %s/%s", c.Run.ReadyTimeout, c.Run.Algorithms, c.Common.LogFormat, c.Common.LogLevel)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("ready_timeout: 1m\nbin_dri: bin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	var c2 cli
+	exited := -1
+	opts := append(options(&c2), kong.Exit(func(code int) { exited = code }), kong.Writers(&bytes.Buffer{}, &stderr))
+	if code := cmdline.Run(&c2, []string{"run", "--scenario", "demo", "--config", bad}, opts...); code != 2 || exited != 2 {
+		t.Errorf("exit status %d (kong %d), want 2", code, exited)
+	}
+	if !strings.Contains(stderr.String(), `unknown key "bin_dri" (did you mean "bin_dir"?)`) {
+		t.Errorf("stderr does not name the key:\n%s", stderr.String())
 	}
 }

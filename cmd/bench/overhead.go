@@ -75,7 +75,7 @@ func (c *overheadCmd) Run() error {
 	engine, pylon, gateway, proxyEngine, proxyPylon, controlPylon := addr(0), addr(1), addr(2), addr(3), addr(4), addr(5)
 	gatewayAdmin, pylonAdmin := addr(6), addr(7)
 	specs := []fleet.Spec{
-		{Name: "engine", Path: bins.Engine, Args: []string{"--http-listen-addr", engine, "--num-tokens", "1", "--token-delay-ms", "0", "--log-level", "warn"}},
+		{Name: "engine", Path: bins.Engine, Args: []string{"--http-listen-addr", engine, "--num-tokens", "1", "--token-delay", "0s", "--log-level", "warn"}},
 		{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}},
 		{Name: "pylon", Path: bins.Pylon, Args: []string{
 			"--http-listen-addr", pylon, "--admin-listen-addr", pylonAdmin, "--upstream-http-base-url", "http://" + engine, "--model-name", overheadModel,

@@ -85,7 +85,7 @@ func (c *throughputCmd) Run() error {
 	specs := []fleet.Spec{{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}}}
 	for i := range engines {
 		specs = append(specs,
-			fleet.Spec{Name: "engine-" + strconv.Itoa(i), Path: bins.Engine, Args: []string{"--http-listen-addr", engines[i], "--num-tokens", "1", "--token-delay-ms", "0", "--log-level", "warn"}},
+			fleet.Spec{Name: "engine-" + strconv.Itoa(i), Path: bins.Engine, Args: []string{"--http-listen-addr", engines[i], "--num-tokens", "1", "--token-delay", "0s", "--log-level", "warn"}},
 			fleet.Spec{Name: "pylon-" + strconv.Itoa(i), Path: bins.Pylon, Args: []string{
 				"--http-listen-addr", pylons[i], "--admin-listen-addr", pylonAdmins[i], "--upstream-http-base-url", "http://" + engines[i], "--model-name", overheadModel,
 				"--gateway", "http://" + gatewayAdmin, "--inference-server-id", "p" + strconv.Itoa(i), "--initial-input-tps", "100000",

@@ -31,7 +31,7 @@ const exitHelp = "Exit status: 0 ok (a server: clean shutdown); 1 failure while 
 // `embed:""`.
 type Flags struct {
 	Version   kong.VersionFlag `short:"V" env:"-" help:"Print version and exit."`
-	Config    File             `name:"config" placeholder:"FILE" help:"YAML or JSON file of flag values, keyed by long flag name with underscores or dashes (drain_timeout: 30s). Command-line flags, then environment variables, override it; an unknown key stops start-up with exit status 2."`
+	Config    File             `name:"config" placeholder:"FILE" help:"YAML or JSON file of flag values, keyed by long flag name with underscores or dashes (log_level: debug). Command-line flags, then environment variables, override it; an unknown key stops start-up with exit status 2."`
 	LogFormat string           `name:"log-format" enum:"text,json" default:"text" help:"Log format on stderr: text (key=value pairs) or json (one object per line)."`
 	LogLevel  string           `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe level logged: debug, info, warn or error."`
 }
