@@ -199,7 +199,7 @@ func (g *Gateway) connState(nc net.Conn, st fasthttp.ConnState) {
 	defer func() {
 		if r := recover(); r != nil {
 			cc.after = afterResponse{} // drop the work rather than repeat a panic
-			g.log.Error("deferred response work panicked", "panic", fmt.Sprint(r))
+			g.log.Error("deferred_work_panic", "panic", fmt.Sprint(r))
 		}
 	}()
 	cc.after.run(g)

@@ -574,12 +574,12 @@ func (g *Gateway) Reload() error {
 	c, err := lbconfig.Load(g.cfg.LBConfigPath)
 	if err != nil {
 		g.metrics.inc(mLBConfigReloads, "result", "rejected")
-		g.log.Error("lb config reload rejected; keeping the current config", "path", g.cfg.LBConfigPath, "err", err)
+		g.log.Error("lb_config_reload_rejected", "path", g.cfg.LBConfigPath, "err", err, "detail", "keeping the current config")
 		return err
 	}
 	g.lbcfg.Store(c)
 	g.metrics.inc(mLBConfigReloads, "result", "applied")
-	g.log.Info("lb config reloaded", "path", g.cfg.LBConfigPath)
+	g.log.Info("lb_config_reloaded", "path", g.cfg.LBConfigPath)
 	return nil
 }
 

@@ -18,7 +18,7 @@ var errHeadersTooLarge = &httpError{
 // errors quote pieces of the request, which must not be echoed back, so the detail goes
 // to the debug log only.
 func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
-	g.log.Debug("unreadable request", "remote_addr", ctx.RemoteAddr().String(), "err", err)
+	g.log.Debug("unreadable_request", "remote_addr", ctx.RemoteAddr().String(), "err", err)
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):

@@ -53,8 +53,11 @@ type Deps struct {
 
 // Pylon is one sidecar instance.
 type Pylon struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger // component=pylon
+	// baseLog is Deps.Logger, for the parts that name their own component (the actor
+	// system, registrars): a second component attribute would repeat the key.
+	baseLog *slog.Logger
 	now     func() time.Time
 	sys     *actor.ActorSystem
 	metrics *pylonMetrics
@@ -119,7 +122,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	}
 	u, _ := url.Parse(cfg.UpstreamBaseURL)
 	p := &Pylon{
-		cfg: cfg, log: deps.Logger.With("component", "pylon"), now: deps.Now,
+		cfg: cfg, log: deps.Logger.With("component", "pylon"), baseLog: deps.Logger, now: deps.Now,
 		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host, upstreamScheme: u.Scheme,
 		sentStructure: map[string]uint64{}, ln: deps.Listener, adminLn: deps.AdminListener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
 		replies:    newReplyPool(),
@@ -162,7 +165,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	// stream may last as long as the engine generates.
 	httpserver.Apply(p.server, cfg.ServerLimits, p.dataTLS != nil)
 	httpserver.Apply(p.admin, cfg.ServerLimits, p.serverTLS != nil)
-	p.sys = actors.NewSystem(p.log)
+	p.sys = actors.NewSystem(p.baseLog)
 	return p, nil
 }
 

@@ -103,7 +103,7 @@ func (p *Pylon) spawnRegistrar(gw string) registrarRef {
 	pid := p.sys.Root.Spawn(register.Props(
 		register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
 		register.Deps{
-			Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.log, Notifier: notify, Delivered: p.delivered,
+			Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.baseLog, Notifier: notify, Delivered: p.delivered,
 			OnConnected: func(ok bool) {
 				if ok {
 					connected.Set(1)

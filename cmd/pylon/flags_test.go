@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,5 +108,60 @@ func TestConfigTypoExitsWithStatus2(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `unknown key "min_update_intervall" (did you mean "min_update_interval"?)`) {
 		t.Errorf("the message does not name the key:\n%s", out)
+	}
+}
+
+// --log-format json on the real binary, next to a mock engine and with an unreachable
+// gateway: every stderr line is one JSON object with at most one component attribute
+// (the actor system's and the registrars' lines included); SIGTERM exits 0.
+func TestJSONLogsHaveOneComponent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	engineAddr := mocktest.FreeAddr(t)
+	engine := exec.CommandContext(ctx, mocktest.Binary(t, "../engine"), "--http-listen-addr", engineAddr, "--log-level", "warn")
+	if err := engine.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = engine.Process.Signal(syscall.SIGTERM)
+		_ = engine.Wait()
+	}()
+	cmd := exec.CommandContext(ctx, mocktest.Binary(t, "../pylon"), "--log-format", "json",
+		"--http-listen-addr", mocktest.FreeAddr(t), "--admin-listen-addr", mocktest.FreeAddr(t),
+		"--upstream-http-base-url", "http://"+engineAddr, "--initial-input-tps", "1000", "--gateway", "http://127.0.0.1:1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	components := map[string]bool{}
+	for sc := bufio.NewScanner(stderr); sc.Scan(); {
+		line := sc.Text()
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("stderr line is not JSON: %v\n%s", err, line)
+			continue
+		}
+		if n := strings.Count(line, `"component":`); n > 1 {
+			t.Errorf("component appears %d times: %s", n, line)
+		}
+		if c, ok := rec["component"].(string); ok {
+			components[c] = true
+		}
+		if rec["msg"] == "registration_failed" {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v, want status 0", err)
+	}
+	for _, c := range []string{"pylon", "registrar", "actors"} {
+		if !components[c] {
+			t.Errorf("no line from component %s (saw %v)", c, components)
+		}
 	}
 }

@@ -101,7 +101,7 @@ func (a *backendActor) Receive(c actor.Context) {
 		now := a.fleet.deps.Now()
 		if !now.Before(a.deadline) {
 			a.alarm.Fired()
-			a.fleet.deps.Logger.Info("backend expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
+			a.fleet.deps.Logger.Info("backend_expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
 			a.expire(c)
 			return
 		}
@@ -110,7 +110,7 @@ func (a *backendActor) Receive(c actor.Context) {
 	case stateRequest:
 		c.Respond(a.stateNow())
 	case deregistered:
-		a.fleet.deps.Logger.Info("backend deregistered", "backend", a.b.ID)
+		a.fleet.deps.Logger.Info("backend_deregistered", "backend", a.b.ID)
 		a.expire(c)
 		return
 	default:

@@ -295,7 +295,7 @@ func (f *Fleet) probeLoop(ctx context.Context, b *Backend) {
 		if rtt, err := f.deps.Probe(ctx, b.Client, b.ID); err == nil {
 			f.ReportRTT(b.ID, rtt)
 		} else if ctx.Err() == nil {
-			f.deps.Logger.Debug("health probe failed", "backend", b.ID, "err", err)
+			f.deps.Logger.Debug("health_probe_failed", "backend", b.ID, "err", err)
 			f.ReportFailure(b, FailProbe)
 		}
 	}

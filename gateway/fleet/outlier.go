@@ -169,7 +169,7 @@ func (a *backendActor) eject(why Failure, now time.Time) {
 	h.at, h.until = now, now.Add(out.backoff(h.level))
 	h.ejections++
 	a.fleet.ejected.Add(1)
-	a.fleet.deps.Logger.Warn("backend ejected", "backend", a.b.ID, "reason", why.String(),
+	a.fleet.deps.Logger.Warn("backend_ejected", "backend", a.b.ID, "reason", why.String(),
 		"for", h.until.Sub(now).String(), "consecutive_failures", h.consecutive, "ejections_in_a_row", h.level)
 	if a.fleet.deps.OnEjected != nil {
 		a.fleet.deps.OnEjected(a.b.ID, why)
@@ -186,7 +186,7 @@ func (a *backendActor) readmit(now time.Time, why string) {
 	}
 	a.leave()
 	h.consecutive = max(a.fleet.deps.Outlier.ConsecutiveFailures-1, 0)
-	a.fleet.deps.Logger.Info("backend readmitted", "backend", a.b.ID, "after", now.Sub(h.at).String(), "why", why)
+	a.fleet.deps.Logger.Info("backend_readmitted", "backend", a.b.ID, "after", now.Sub(h.at).String(), "why", why)
 	a.notifyAll()
 }
 

@@ -75,12 +75,12 @@ func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
 			return newVersion(value), nil
 		}, filestamp.Hooks[*version]{
 			Failed: func(err error) {
-				log.Warn("control token file changed but holds no usable token; still using the previous token",
-					"file", file, "err", err)
+				log.Warn("control_token_reload_failed", "file", file, "err", err,
+					"detail", "the file changed but holds no usable token; still using the previous token")
 			},
 			Reloaded: func(prev, next *version) {
 				if next.value != prev.value {
-					log.Info("control token reloaded", "file", file)
+					log.Info("control_token_reloaded", "file", file)
 				}
 			},
 		})

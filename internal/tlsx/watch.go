@@ -20,9 +20,9 @@ func newWatched[T any](what string, log *slog.Logger, load func() (T, error), fi
 	}
 	return filestamp.Watch(file1, file2, load, filestamp.Hooks[T]{
 		Failed: func(err error) {
-			log.Warn("tls files changed on disk but did not load; still using the previous version",
-				"what", what, "files", names, "err", err)
+			log.Warn("tls_reload_failed", "what", what, "files", names, "err", err,
+				"detail", "the files changed on disk but did not load; still using the previous version")
 		},
-		Reloaded: func(T, T) { log.Info("tls files reloaded", "what", what, "files", names) },
+		Reloaded: func(T, T) { log.Info("tls_reloaded", "what", what, "files", names) },
 	})
 }
