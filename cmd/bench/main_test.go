@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/bench/overhead"
 	"github.com/switchyard/switchyard/bench/score"
 	"github.com/switchyard/switchyard/internal/cmdline"
+	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
 )
 
 func TestListScenarios(t *testing.T) {
@@ -327,5 +328,20 @@ func TestGlobalFlagsConfigFileAndExitStatus(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `unknown key "bin_dri" (did you mean "bin_dir"?)`) {
 		t.Errorf("stderr does not name the key:\n%s", stderr.String())
+	}
+}
+
+// The example in docs/configuration.md parses.
+func TestDocExample(t *testing.T) {
+	var c cli
+	p, err := kong.New(&c, append(options(&c), kong.Exit(func(int) { t.Fatal("kong tried to exit") }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse([]string{"run", "--scenario", "demo", "--config", cmdlinetest.DocExample(t, "../../docs/configuration.md", "bench")}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Run.ReadyTimeout != time.Minute || c.Run.TimeScale != 0.5 || c.Common.LogLevel != "warn" {
+		t.Errorf("ready timeout %v, time scale %v, log level %q", c.Run.ReadyTimeout, c.Run.TimeScale, c.Common.LogLevel)
 	}
 }

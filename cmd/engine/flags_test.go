@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
 )
 
 func parseArgs(t *testing.T, args ...string) (*cli, error) {
@@ -135,5 +136,16 @@ func TestJSONLogsAndCleanExit(t *testing.T) {
 	}
 	if len(got) == 0 || got[0]["msg"] != "engine_serving" || got[0]["component"] != "engine" || got[0]["level"] != "INFO" {
 		t.Errorf("records %v, want engine_serving first (component engine, level INFO)", got)
+	}
+}
+
+// The example in docs/configuration.md parses and validates.
+func TestDocExample(t *testing.T) {
+	c, err := parseArgs(t, "--config", cmdlinetest.DocExample(t, "../../docs/configuration.md", "engine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := c.config(); cfg.EngineModel != "batched" || cfg.Batched.StepPerDecodeSeq != 85*time.Microsecond || cfg.Batched.Workers != 2 {
+		t.Errorf("engine model %q, step per decoding sequence %v, workers %d", cfg.EngineModel, cfg.Batched.StepPerDecodeSeq, cfg.Batched.Workers)
 	}
 }

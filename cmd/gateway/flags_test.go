@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
 )
 
 func parse(t *testing.T, args ...string) (*cli, error) {
@@ -153,5 +154,16 @@ func TestJSONLogsAndCleanExit(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(msgs, " "), "gateway_listening") {
 		t.Errorf("messages %q, want gateway_listening", msgs)
+	}
+}
+
+// The example in docs/configuration.md parses and validates.
+func TestDocExample(t *testing.T) {
+	c, err := parse(t, "--config", cmdlinetest.DocExample(t, "../../docs/configuration.md", "gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Heartbeat != time.Second || c.ShutdownDelay != 5*time.Second || c.Common.LogFormat != "json" {
+		t.Errorf("heartbeat %v, shutdown delay %v, log format %q", c.Heartbeat, c.ShutdownDelay, c.Common.LogFormat)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -163,5 +164,16 @@ func TestJSONLogsHaveOneComponent(t *testing.T) {
 		if !components[c] {
 			t.Errorf("no line from component %s (saw %v)", c, components)
 		}
+	}
+}
+
+// The example in docs/configuration.md parses and validates.
+func TestDocExample(t *testing.T) {
+	c, err := parse(t, "--config", cmdlinetest.DocExample(t, "../../docs/configuration.md", "pylon"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := c.config(); cfg.GatewayDNS == "" || cfg.DrainTimeout != 30*time.Second || len(cfg.ModelNames) != 1 {
+		t.Errorf("gateway dns %q, drain timeout %v, models %v", cfg.GatewayDNS, cfg.DrainTimeout, cfg.ModelNames)
 	}
 }
