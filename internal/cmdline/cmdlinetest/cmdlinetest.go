@@ -29,7 +29,7 @@ func DocExample(t *testing.T, doc, name string) string {
 		t.Fatalf("%s: example %q is not a closed yaml or json block", doc, name)
 	}
 	path := filepath.Join(t.TempDir(), name+"."+lang)
-	if err := os.WriteFile(path, []byte(body+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(body+"\n"), 0o600); err != nil { //nolint:gosec // name is the calling test's constant, lang is yaml or json
 		t.Fatal(err)
 	}
 	return path
