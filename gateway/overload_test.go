@@ -1,9 +1,12 @@
 package gateway_test
 
 import (
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway"
 )
@@ -55,6 +58,57 @@ func TestCapacityWaitKeepsTheFleetBusy(t *testing.T) {
 		began := time.Now()
 		if r := h.chat(nil); r.status != 503 || time.Since(began) != 0 {
 			t.Errorf("without capacity_wait_ms: %d after %v, want an immediate 503", r.status, time.Since(began))
+		}
+	})
+}
+
+// prefill_wait: a session's second request that reaches the cluster while the first is
+// still being prefilled (no response headers yet) waits for those headers and then goes
+// to the same cluster, where the prompt is now cached; with prefill_wait off it is sent at
+// once and prefills the prompt a second time.
+func TestSecondTurnWaitsForTheFirstPrefill(t *testing.T) {
+	run := func(t *testing.T, option string) (sentAt time.Duration, backends map[string]bool) {
+		t.Helper()
+		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"wait-and-widen",`+
+			`"cache_affinity_backend_selection_count":1`+option+`}}}`)
+		began := time.Now()
+		var mu sync.Mutex
+		arrivals := map[int]time.Duration{}
+		slow := func(call int, ctx *fasthttp.RequestCtx) {
+			mu.Lock()
+			arrivals[call] = time.Since(began)
+			mu.Unlock()
+			if call == 1 {
+				time.Sleep(300 * time.Millisecond) // the first prompt's prefill
+			}
+			ctx.SetBodyString(`{"ok":true}`)
+		}
+		for _, id := range []string{"p1", "p2"} {
+			h.register(h.pylon(id, id, idleLoad(), slow))
+		}
+		began = time.Now()
+		headers := map[string]string{"x-cache-affinity-key": "s", "x-input-tokens": "100"}
+		first := make(chan response)
+		go func() { first <- h.chat(headers) }()
+		time.Sleep(100 * time.Millisecond)
+		second := h.chat(headers)
+		r1 := <-first
+		if r1.status != 200 || second.status != 200 {
+			t.Fatalf("statuses %d and %d", r1.status, second.status)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return arrivals[2], map[string]bool{r1.headers["X-Inference-Server-Id"]: true, second.headers["X-Inference-Server-Id"]: true}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		sent, backends := run(t, "")
+		if sent != 300*time.Millisecond || len(backends) != 1 {
+			t.Errorf("second request reached its backend at %v on %v, want at 300 ms (the first's headers) on the same backend", sent, backends)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		if sent, _ := run(t, `,"prefill_wait":false`); sent != 100*time.Millisecond {
+			t.Errorf("without prefill_wait the second request reached its backend at %v, want at once (100 ms)", sent)
 		}
 	})
 }

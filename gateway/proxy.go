@@ -302,6 +302,11 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	ctx.Request.SetTimeout(deadline)
 	start := g.deps.Now()
 	err := b.Client.Do(&ctx.Request, &ctx.Response)
+	if out.PrefillToken != 0 {
+		// The response headers (or the attempt's end): the engine has cached the prompt,
+		// or never will; requests of the same key waiting for it may go (prefill_wait).
+		g.sys.Root.Send(pid, dispatch.PrefillDone{Key: p.Req.AffinityKey, Token: out.PrefillToken})
+	}
 	if err != nil {
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
 		g.release(pid, out)

@@ -118,6 +118,9 @@ type Outcome struct {
 	KVSkipped       bool
 	// Session is how last_cluster_affinity classified the request's session.
 	Session lb.SessionState
+	// PrefillToken, when not 0, asks the handler to send PrefillDone{key, PrefillToken}
+	// once the attempt has its response headers or has ended (prefill_wait).
+	PrefillToken uint64
 	// TTFT is the backend's estimated time to first byte for this request (RTT + queue +
 	// prefill); HasTTFT is false when it is unknown (no usable throughput). InputTPS is the
 	// backend's input throughput the estimate used.

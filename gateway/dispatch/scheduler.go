@@ -151,6 +151,9 @@ type Scheduler struct {
 	// snapshot's candidates may carry a correction (see correct).
 	cells     []*ttftCell
 	corrected bool
+	// prefills are the prompts in flight per affinity key (prefill.go).
+	prefills     map[string]prefillState
+	prefillToken uint64
 }
 
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
@@ -164,6 +167,7 @@ func NewScheduler(target Target, deps Deps) *Scheduler {
 		backends:  map[string]*backendState{},
 		clusters:  map[string]*clusterInfo{},
 		balancers: map[lbconfig.Entry]lb.Balancer{},
+		prefills:  map[string]prefillState{},
 		rng:       rand.New(rand.NewPCG(deps.Seed, hashTarget(target))),
 		dirty:     true,
 	}
@@ -242,6 +246,10 @@ func (s *Scheduler) Receive(c actor.Context) {
 			delete(s.backends, m.ID)
 			s.order = s.order[:0]
 			s.dirty = true
+			s.changed(c)
+		}
+	case PrefillDone:
+		if s.prefillDone(m) {
 			s.changed(c)
 		}
 	case Release:
@@ -608,6 +616,9 @@ func (s *Scheduler) try(p *Pending) {
 		switch d.Kind {
 		case lb.KindSelected:
 			cand := &snap.Candidates[d.Index]
+			if s.waitsForPrefill(p, cand.ClusterID, now) {
+				return
+			}
 			id, ok := s.pickBackend(cand.ClusterID, p)
 			if !ok {
 				p.Req.Excluded = append(p.Req.Excluded, cand.ClusterID)
@@ -722,6 +733,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	if !p.routed {
 		p.routed, out.Routing = true, elapsed
 	}
+	s.trackPrefill(p, cand, &out, p.Arrival.Add(elapsed))
 	p.Mailbox <- out
 }
 

@@ -28,6 +28,9 @@ const (
 	fieldQueueCeil         = "max_queue_time_ceil_ms"
 )
 
+// fieldPrefillWait is prefill_wait, accepted by the algorithms that route by key.
+const fieldPrefillWait = "prefill_wait"
+
 // fieldTieTolerance is the near-tie band of power-of-n and wait-and-widen.
 const fieldTieTolerance = "tie_tolerance_ms"
 
@@ -45,7 +48,7 @@ var wawFields = []string{
 	"comparator", "seed", "cache_affinity_virtual_nodes", "cache_affinity_backend_selection_count",
 	"cache_affinity_wait_ms", "cache_affinity_input_tokens_scale", fieldQueueFloor, fieldQueueCeil,
 	"ttft_bucket_size_ms", "next_bucket_unlock_factor", "n", "max_queued", "ignore_queue_time",
-	"ignore_input_processing_time", "last_cluster_affinity", "capacity_wait_ms", fieldTTFTCorrection,
+	"ignore_input_processing_time", "last_cluster_affinity", "capacity_wait_ms", fieldPrefillWait, fieldTTFTCorrection,
 }
 
 // algorithmFields lists the algorithm-specific fields of each algorithm. A comparator is
@@ -56,7 +59,7 @@ var algorithmFields = [numAlgorithms][]string{
 		"prefix_affinity", "prefix_index_blocks", "prefix_index_ttl_ms"),
 	RoundRobin:         nil,
 	Random:             nil,
-	Pulsar:             {"seed", "consider_kv_free_tokens"},
+	Pulsar:             {"seed", "consider_kv_free_tokens", fieldPrefillWait},
 	PulsarWaitAndWiden: append(slices.Clone(wawFields), "consider_kv_free_tokens"),
 }
 
@@ -368,6 +371,8 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.PrefixIndexTTL, raw, decodeMillis)
 	case "last_cluster_affinity":
 		return assign(&e.LastClusterAffinity, raw, decodeBool)
+	case fieldPrefillWait:
+		return assign(&e.PrefillWait, raw, decodeBool)
 	case "capacity_wait_ms":
 		return assign(&e.CapacityWait, raw, decodeMillis)
 	case fieldTTFTCorrection:

@@ -170,7 +170,7 @@ func TestParse(t *testing.T) {
 				"ttft_bucket_size_ms":0,"next_bucket_unlock_factor":-0.5,"n":3,"max_queued":18446744073709551615,
 				"ignore_queue_time":true,"ignore_input_processing_time":true,"tie_tolerance_ms":5,
 				"session_affinity_ttl_ms":0,"session_table_size":10,"prefix_affinity":true,"prefix_index_blocks":64,
-				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,"capacity_wait_ms":250,"ttft_correction":false,
+				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,"capacity_wait_ms":250,"prefill_wait":false,"ttft_correction":false,
 				"require_cache_affinity_key":false,"require_input_tokens":true,"max_input_work_seconds":0}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: Entry{
 				Algorithm: WaitAndWiden, Name: "wait-and-widen", RequireInputTokens: true,

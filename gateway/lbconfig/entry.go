@@ -126,6 +126,12 @@ type Entry struct {
 	// not start within this time are shed (503 with Retry-After). Default 0: fail at once,
 	// as the reference router does.
 	CapacityWait time.Duration
+	// PrefillWait is prefill_wait (wait-and-widen, pulsar and pulsar-wait-and-widen): a
+	// request whose affinity key's previous request is still being prefilled on the
+	// cluster it is routed to waits until that prompt is cached there (the earlier
+	// request's response headers), at most that request's full-prefill estimate, instead
+	// of prefilling the same prompt a second time. Default on.
+	PrefillWait bool
 	// LastClusterAffinity is last_cluster_affinity (wait-and-widen and
 	// pulsar-wait-and-widen): the client names the cluster that served its session's
 	// previous turn in x-stargate-last-cluster-id, and the request returns there (the
@@ -179,7 +185,14 @@ func DefaultEntry(a Algorithm) Entry {
 		e.N = DefaultN
 	default: // round-robin, random and pulsar have no algorithm-specific numbers
 	}
+	e.PrefillWait = a.routesByKey()
 	return e
+}
+
+// routesByKey reports whether the algorithm sends an affinity key's requests to the same
+// cluster (and so takes prefill_wait).
+func (a Algorithm) routesByKey() bool {
+	return a == WaitAndWiden || a == Pulsar || a == PulsarWaitAndWiden
 }
 
 // SameSettings reports whether e and o define the same balancer: every field but Name is

@@ -30,6 +30,7 @@ func TestDefaultEntry(t *testing.T) {
 		PrefixIndexBlocks:  16384,
 		PrefixIndexTTL:     10 * time.Minute,
 		TTFTCorrection:     true,
+		PrefillWait:        true,
 	}
 	pwaw := waw
 	pwaw.Algorithm, pwaw.Name, pwaw.Comparator, pwaw.TieTolerance = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone, 0
@@ -39,7 +40,7 @@ func TestDefaultEntry(t *testing.T) {
 		waw,
 		{Algorithm: RoundRobin, Name: "round-robin"},
 		{Algorithm: Random, Name: "random"},
-		{Algorithm: Pulsar, Name: "pulsar"},
+		{Algorithm: Pulsar, Name: "pulsar", PrefillWait: true},
 		pwaw,
 	}
 	got := make([]Entry, 0, len(want))
