@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -164,6 +165,88 @@ func TestHermeticPulsarStability(t *testing.T) {
 		}
 		if got := servedBy(t, h, 20, map[string]string{"x-cache-affinity-key": "prefix-1"}); len(got) != 1 {
 			t.Errorf("pulsar spread one key over %v", got)
+		}
+	})
+}
+
+// An x-routing-method override keeps its state per routing key: round-robin selected by
+// the header runs one sequence for tenant-a and another for tenant-b, and neither moves
+// the other's.
+func TestHermeticOverrideIsolatedPerRoutingKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","request_algorithms":{"round-robin":"round-robin"}}`)
+		for _, key := range []string{"tenant-a", "tenant-b"} {
+			for _, c := range []string{"c0", "c1", "c2"} {
+				p := h.pylon(key+"-"+c, c, idleLoad(), nil)
+				reg := control.Registration{
+					ID: p.id, URL: "http://" + p.addr, ClusterID: c, RoutingKey: key, HeartbeatMs: 60_000,
+					Models: map[string]control.Model{"m": {Status: control.StatusActive, Generation: 1, Stats: control.StatsFromLoad(&p.load)}},
+				}
+				body, _ := json.Marshal(reg)
+				if r := h.do("PUT", control.RegistrationPath+p.id, body, nil); r.status != 200 {
+					t.Fatalf("register %s: %d %s", p.id, r.status, r.body)
+				}
+				synctest.Wait()
+			}
+		}
+		next := func(key string) string {
+			t.Helper()
+			r := h.chat(map[string]string{"x-routing-method": "round_robin", "x-routing-key": key, "x-input-tokens": "1"})
+			if r.status != 200 {
+				t.Fatalf("%s: %d %s", key, r.status, r.body)
+			}
+			return strings.TrimPrefix(r.headers["X-Inference-Server-Id"], key+"-")
+		}
+		got := []string{next("tenant-a"), next("tenant-a"), next("tenant-b"), next("tenant-a"), next("tenant-b"), next("tenant-b")}
+		want := []string{"c0", "c1", "c0", "c2", "c1", "c2"}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("sequence %v, want %v (one sequence per routing key)", got, want)
+			}
+		}
+	})
+}
+
+// A single full backend under wait-and-widen: 503 with x-stargate-error-code and body code
+// overloaded_error, counted once in admission_rejections_total{reason=
+// "routing_capacity_unavailable"}; an input-work admission rejection is counted under its
+// own reason.
+func TestHermeticCapacityRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen","models":{"m":{"algorithm":"wait-and-widen","max_input_work_seconds":0.5}}}`)
+		full := idleLoad()
+		full.RunningRequests = full.MaxEngineConcurrency
+		p := h.pylon("p", "p", full, nil)
+		h.register(p)
+		r := h.chat(map[string]string{"x-input-tokens": "1"})
+		if r.status != 503 || r.headers["X-Stargate-Error-Code"] != "overloaded_error" {
+			t.Errorf("full backend: %d %q, want 503 overloaded_error", r.status, r.headers["X-Stargate-Error-Code"])
+		}
+		var body struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &body); err != nil || body.Error.Code != "overloaded_error" {
+			t.Errorf("body %s (%v), want error.code overloaded_error", r.body, err)
+		}
+		if v := h.scrapeMetric(`switchyard_admission_rejections_total{routing_key="",model="m",reason="routing_capacity_unavailable"}`); v != "1" {
+			t.Errorf("admission rejections (capacity) %q, want 1", v)
+		}
+
+		p.mu.Lock()
+		p.load = load.Load{InputTPS: 100, QueuedInputTokens: 100, MaxEngineConcurrency: 8}
+		p.mu.Unlock()
+		h.register(p)
+		r = h.chat(map[string]string{"x-input-tokens": "50"})
+		if r.status != 503 {
+			t.Errorf("1.5 s of input work over 0.5 s: %d %s, want 503", r.status, r.body)
+		}
+		if v := h.scrapeMetric(`switchyard_admission_rejections_total{routing_key="",model="m",reason="input_work_limit_exceeded"}`); v != "1" {
+			t.Errorf("admission rejections (input work) %q, want 1", v)
+		}
+		if v := h.scrapeMetric(`switchyard_admission_rejections_total{routing_key="",model="m",reason="routing_capacity_unavailable"}`); v != "1" {
+			t.Errorf("admission rejections (capacity) %q after the input-work rejection, want still 1", v)
 		}
 	})
 }

@@ -273,6 +273,17 @@ func (d *Directory) States() []*State {
 	return out
 }
 
+// ResetBalancers sends ResetBalancers to every target's scheduler: each target's balancer
+// state is replaced by a fresh one (the gateway does it when the lb-config is reloaded, so
+// instances of definitions the new file no longer has do not linger).
+func (d *Directory) ResetBalancers() {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, e := range d.m {
+		d.sys.Root.Send(e.pid, ResetBalancers{})
+	}
+}
+
 // Stop stops every scheduler (parked requests are answered 503) and waits for them.
 func (d *Directory) Stop() {
 	d.mu.Lock()

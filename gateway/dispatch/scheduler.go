@@ -72,6 +72,9 @@ type State struct {
 	// TTFTCorrections are the clusters' learned TTFT corrections (factor and the
 	// observations behind it), for the clusters that have observations.
 	TTFTCorrections map[string]CorrectionState `json:"ttft_corrections,omitempty"`
+	// Balancers is the number of balancer instances the target holds: one per distinct
+	// algorithm definition its requests used since the target's state was last reset.
+	Balancers int `json:"balancers"`
 }
 
 // CorrectionState is one cluster's TTFT correction in State.
@@ -158,6 +161,13 @@ type Scheduler struct {
 
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
 type reevaluate struct{}
+
+// ResetBalancers replaces the target's balancer state with a fresh one: every balancer
+// instance is dropped, and the next request of each algorithm definition starts a new one
+// (round-robin restarts at the first cluster; affinity caches, session memories and
+// prefix indexes start empty). Candidates, reservations and parked requests are kept.
+// The gateway sends it to every target when the lb-config is reloaded.
+type ResetBalancers struct{}
 
 // NewScheduler returns the scheduler of target (spawn it with Props).
 func NewScheduler(target Target, deps Deps) *Scheduler {
@@ -269,6 +279,8 @@ func (s *Scheduler) Receive(c actor.Context) {
 		s.retryParked(true)
 	case collected:
 		s.retire(c)
+	case ResetBalancers:
+		s.resetBalancers()
 	default:
 	}
 	s.armAlarm()
@@ -573,22 +585,37 @@ func (s *Scheduler) balancer(ep *lbconfig.Entry) (lb.Balancer, error) {
 	return b, nil
 }
 
-// try runs the routing loop for p once: grant, park or reject (docs/gateway.md).
+// resetBalancers drops every balancer instance (see ResetBalancers).
+func (s *Scheduler) resetBalancers() {
+	clear(s.balancers)
+	s.lastEntry, s.lastEntryPtr, s.lastBalancer = lbconfig.Entry{}, nil, nil
+}
+
+// try runs the routing loop for p once: grant, park or reject (docs/gateway.md). The
+// balancer is looked up (and created on first use) only once there are candidates: a
+// target without any holds no balancer state.
 func (s *Scheduler) try(p *Pending) {
 	now := s.deps.Now()
 	elapsed := now.Sub(p.Arrival)
-	bal, err := s.balancer(p.Entry)
-	if err != nil {
-		s.reject(p, Outcome{Status: 500, Code: "invalid_lb_config", Reason: "invalid_lb_config"})
-		return
-	}
+	var bal lb.Balancer
 	for {
 		if len(s.backends) == 0 {
 			s.reject(p, noCandidates(p))
 			return
 		}
 		snap := s.snap(now)
-		if len(snap.Candidates) > 0 && p.Entry.HasMaxInputWork {
+		if len(snap.Candidates) == 0 {
+			s.unavailable(p, now, lb.Unavailable(lb.ReasonNoCandidates))
+			return
+		}
+		if bal == nil {
+			var err error
+			if bal, err = s.balancer(p.Entry); err != nil {
+				s.reject(p, Outcome{Status: 500, Code: "invalid_lb_config", Reason: "invalid_lb_config"})
+				return
+			}
+		}
+		if p.Entry.HasMaxInputWork {
 			switch lb.Admit(snap, &p.Req, *p.Entry) {
 			case lb.InputWorkLimitExceeded:
 				s.reject(p, Outcome{Status: 503, Code: "input_work_limit_exceeded", Reason: "input_work_limit_exceeded"})
@@ -796,7 +823,7 @@ func (s *Scheduler) rejectAll(actor.Context) {
 type stateRequest struct{}
 
 func (s *Scheduler) stateNow() *State {
-	st := &State{Target: s.target, Backends: len(s.backends), Parked: s.parkedCount, Reservations: map[string]int{}}
+	st := &State{Target: s.target, Backends: len(s.backends), Parked: s.parkedCount, Reservations: map[string]int{}, Balancers: len(s.balancers)}
 	st.Candidates = len(s.snap(s.deps.Now()).Candidates)
 	for id, b := range s.backends {
 		if len(b.reservations) > 0 {
