@@ -158,13 +158,13 @@ func admissionArgs(q *scenario.QueueAdmission) []string {
 		out = append(out, "--queue-admission="+strconv.FormatBool(*q.Enabled))
 	}
 	if q.MinDeltaMs != nil {
-		out = append(out, "--queue-admission-min-delta-ms="+ms(*q.MinDeltaMs))
+		out = append(out, "--queue-admission-min-delta="+ms(*q.MinDeltaMs)+"ms")
 	}
 	if q.ToleranceFactor != nil {
 		out = append(out, "--queue-admission-tolerance="+ms(*q.ToleranceFactor))
 	}
 	if q.RetryAfterMs != nil && *q.RetryAfterMs >= 0 {
-		out = append(out, "--queue-mismatch-retry-after-ms="+strconv.FormatUint(uint64(math.Round(*q.RetryAfterMs)), 10))
+		out = append(out, "--queue-mismatch-retry-after="+strconv.FormatUint(uint64(math.Round(*q.RetryAfterMs)), 10)+"ms")
 	}
 	return out
 }

@@ -130,7 +130,7 @@ func TestPlan(t *testing.T) {
 	py := strings.Join(p.Pylons[2].Args, " ")
 	for _, want := range []string{
 		"--upstream-http-base-url=http://127.0.0.1:9002", "--inference-server-id=backend-2", "--cluster-id=backend-2",
-		"--initial-input-tps=2200 --benchmark-pin-input-tps", "--queue-admission=true", "--queue-admission-min-delta-ms=0", "--queue-admission-tolerance=1", "--queue-mismatch-retry-after-ms=5",
+		"--initial-input-tps=2200 --benchmark-pin-input-tps", "--queue-admission=true", "--queue-admission-min-delta=0ms", "--queue-admission-tolerance=1", "--queue-mismatch-retry-after=5ms",
 		"--gateway=http://127.0.0.1:9005", "--gateway=http://127.0.0.1:9007", "--advertise-url=http://127.0.0.1:9012",
 		"--admin-listen-addr=127.0.0.1:9013",
 	} {

@@ -217,7 +217,7 @@ type QueueAdmission struct {
 	MinDeltaMs      *float64 `yaml:"min_delta_ms"`
 	ToleranceFactor *float64 `yaml:"tolerance_factor"`
 	// RetryAfterMs is the retry hint of the pylon's admission 429s
-	// (--queue-mismatch-retry-after-ms).
+	// (--queue-mismatch-retry-after).
 	RetryAfterMs *float64 `yaml:"retry_after_ms"`
 }
 
