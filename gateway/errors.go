@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/dispatch"
 )
 
 // Error classes of the front end; errors.Is matches them.
@@ -35,55 +36,85 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
-// errorFor maps an error class to status, OpenAI error type and code. It is the one place
-// that turns front-end errors into HTTP responses.
+// errorClasses is the error table of the front end: each error class's status, OpenAI
+// error type and code (the message is the error's own text). docs/gateway.md lists it,
+// and TestErrorTables keeps the two in step.
+var errorClasses = []struct {
+	class  error
+	status int
+	kind   string
+	code   string
+}{
+	{ErrBadRequest, 400, "invalid_request_error", "invalid_request"},
+	{ErrTooLarge, 413, "invalid_request_error", "request_too_large"},
+	{ErrUnauthorized, 401, "authentication_error", "unauthorized"},
+	{ErrConflict, 409, "invalid_request_error", "registration_conflict"},
+	{ErrNotFound, 404, "invalid_request_error", "not_found"},
+	{ErrMethod, 405, "invalid_request_error", "method_not_allowed"},
+	{ErrShuttingDown, 503, "server_error", "shutting_down"},
+	{ErrUpstreamError, 502, "server_error", "upstream_error"},
+}
+
+// errorFor maps an error to its HTTP answer: an *httpError as it is (routing rejections,
+// see routingError), an error class by errorClasses, anything else as a 500 that does not
+// show its text. Together with the rejections table it is the one place that turns the
+// gateway's errors into HTTP responses.
 func errorFor(err error) *httpError {
 	var he *httpError
 	if errors.As(err, &he) {
 		return he
 	}
-	msg := err.Error()
-	switch {
-	case errors.Is(err, ErrBadRequest):
-		return &httpError{status: 400, kind: "invalid_request_error", code: "invalid_request", msg: msg}
-	case errors.Is(err, ErrTooLarge):
-		return &httpError{status: 413, kind: "invalid_request_error", code: "request_too_large", msg: msg}
-	case errors.Is(err, ErrUnauthorized):
-		return &httpError{status: 401, kind: "authentication_error", code: "unauthorized", msg: msg}
-	case errors.Is(err, ErrConflict):
-		return &httpError{status: 409, kind: "invalid_request_error", code: "registration_conflict", msg: msg}
-	case errors.Is(err, ErrNotFound):
-		return &httpError{status: 404, kind: "invalid_request_error", code: "not_found", msg: msg}
-	case errors.Is(err, ErrMethod):
-		return &httpError{status: 405, kind: "invalid_request_error", code: "method_not_allowed", msg: msg}
-	case errors.Is(err, ErrShuttingDown):
-		return &httpError{status: 503, kind: "server_error", code: "shutting_down", msg: msg}
-	case errors.Is(err, ErrUpstreamError):
-		return &httpError{status: 502, kind: "server_error", code: "upstream_error", msg: msg}
-	default:
-		return &httpError{status: 500, kind: "server_error", code: "internal_error", msg: "internal error"}
+	for _, c := range errorClasses {
+		if errors.Is(err, c.class) {
+			return &httpError{status: c.status, kind: c.kind, code: c.code, msg: err.Error()}
+		}
 	}
+	return &httpError{status: 500, kind: "server_error", code: "internal_error", msg: "internal error"}
 }
 
-// routingError is the error of a routing outcome (404 no_eligible_candidates, 503 …).
-func routingError(status int, code string) *httpError {
-	msg := "no eligible backend"
-	switch code {
-	case "no_eligible_candidates":
-		msg = "no eligible candidates"
-	case "input_work_limit_exceeded":
-		msg = "input work admission limit exceeded"
-	case "overloaded_error":
-		msg = "every eligible backend is at capacity"
-	case "shutting_down":
-		msg = "gateway is shutting down"
-	default:
+// rejection is the HTTP answer to a request the scheduler (or the wait for it) did not
+// route: every one carries x-stargate-error-code.
+type rejection struct {
+	status int
+	code   string // error.code and x-stargate-error-code
+	msg    string
+	// retryAfter is the Retry-After in seconds (0: none): set where trying again soon is
+	// expected to succeed.
+	retryAfter int
+	// admission also counts the rejection in admission_rejections_total (load shedding
+	// rather than a missing backend).
+	admission bool
+}
+
+// rejections is the error table of routing: each dispatch.Reason's status, code, message
+// and Retry-After (error.type is always server_error). docs/gateway.md lists it, and
+// TestRejectionTable keeps the two in step. The reason's own name (dispatch.Reason.String)
+// is the metric label; several reasons share a code.
+var rejections = [dispatch.NumReasons]rejection{
+	dispatch.ReasonNoCandidates:        {status: 404, code: "no_eligible_candidates", msg: "no eligible candidates"},
+	dispatch.ReasonNoEligibleBackend:   {status: 503, code: "no_eligible_backend", msg: "no eligible backend"},
+	dispatch.ReasonUnavailable:         {status: 503, code: "no_eligible_backend", msg: "no eligible backend"},
+	dispatch.ReasonCapacityUnavailable: {status: 503, code: "overloaded_error", msg: "every eligible backend is at capacity", retryAfter: shedRetryAfterSeconds, admission: true},
+	dispatch.ReasonInputWorkLimit:      {status: 503, code: "input_work_limit_exceeded", msg: "input work admission limit exceeded", retryAfter: shedRetryAfterSeconds, admission: true},
+	dispatch.ReasonInputWorkCapacity:   {status: 503, code: "input_work_limit_exceeded", msg: "input work admission limit exceeded", retryAfter: shedRetryAfterSeconds, admission: true},
+	dispatch.ReasonInvalidLBConfig:     {status: 500, code: "invalid_lb_config", msg: "no eligible backend"},
+	dispatch.ReasonShuttingDown:        {status: 503, code: "shutting_down", msg: "gateway is shutting down"},
+	dispatch.ReasonRoutingTimeout:      {status: 503, code: "routing_timeout", msg: "no eligible backend"},
+	dispatch.ReasonSchedulerFailed:     {status: 503, code: "routing_failed", msg: "routing failed: the routing target's scheduler failed; retry the request", retryAfter: 1},
+}
+
+// rejectionOf returns r's row of the table (a reason without one is an internal error).
+func rejectionOf(r dispatch.Reason) rejection {
+	if r < dispatch.NumReasons && rejections[r].status != 0 {
+		return rejections[r]
 	}
-	he := &httpError{status: status, kind: "server_error", code: code, msg: msg, header: true}
-	if status == 503 && (code == "overloaded_error" || code == "input_work_limit_exceeded") {
-		he.retryAfter = shedRetryAfterSeconds
-	}
-	return he
+	return rejection{status: 500, code: "internal_error", msg: "internal error"}
+}
+
+// routingError is the error answering a request rejected for r.
+func routingError(r dispatch.Reason) *httpError {
+	rj := rejectionOf(r)
+	return &httpError{status: rj.status, kind: "server_error", code: rj.code, msg: rj.msg, header: true, retryAfter: rj.retryAfter}
 }
 
 // shedRetryAfterSeconds is the Retry-After of a request shed because the fleet is at

@@ -322,11 +322,10 @@ func (ts *targetSeries) selected(algorithm string, rank int, kvSkipped bool, rou
 }
 
 // Rejected implements dispatch.Observer.
-func (m *gatewayMetrics) Rejected(t dispatch.Target, reason string) {
-	switch reason {
-	case "input_work_limit_exceeded", "input_work_capacity_unavailable", "routing_capacity_unavailable":
+func (m *gatewayMetrics) Rejected(t dispatch.Target, r dispatch.Reason) {
+	reason := r.String()
+	if rejectionOf(r).admission {
 		m.inc(mAdmission, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
-	default:
 	}
 	m.inc(mRoutingRejects, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
 }

@@ -167,7 +167,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	if pid == nil {
 		// Never registered: counted under empty labels so request-chosen model names
 		// cannot grow the series set.
-		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", routingError(404, "no_eligible_candidates"))
+		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", routingError(dispatch.ReasonNoCandidates))
 		return
 	}
 	h := &ctx.Request.Header
@@ -208,7 +208,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			if p.Failures > 0 {
 				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", "no_eligible_backend")
 			}
-			g.finish(ctx, ts, "", routingError(out.Status, out.Code))
+			g.finish(ctx, ts, "", routingError(out.Reason))
 			return
 		default:
 		}
@@ -497,13 +497,13 @@ func (g *Gateway) await(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pe
 					o = dispatch.Outcome{Kind: dispatch.OutcomeCancelled}
 				}
 				if !gone && o.Kind == dispatch.OutcomeCancelled {
-					return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Status: 503, Code: "routing_timeout", Reason: "routing_timeout"}
+					return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Reason: dispatch.ReasonRoutingTimeout}
 				}
 				return o
 			case <-t.C:
 				p.Abandoned = true
 				g.log.Error("scheduler did not answer; failing the request", "waited", g.deps.Now().Sub(p.Arrival).String())
-				return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Status: 503, Code: "routing_timeout", Reason: "routing_timeout"}
+				return dispatch.Outcome{Kind: dispatch.OutcomeRejected, Reason: dispatch.ReasonRoutingTimeout}
 			}
 		}
 	}

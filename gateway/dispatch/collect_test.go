@@ -91,10 +91,10 @@ func TestTargetCollectedAfterGrace(t *testing.T) {
 			t.Error("the epoch did not change with the collection")
 		}
 		// A request that looked the target up before the collection.
-		if out, ok := answered(route(sys, pid, nil)); !ok || out.Kind != dispatch.OutcomeRejected || out.Status != 404 || out.Code != "no_eligible_candidates" {
+		if out, ok := answered(route(sys, pid, nil)); !ok || out.Kind != dispatch.OutcomeRejected || out.Reason != dispatch.ReasonNoCandidates {
 			t.Errorf("a Route to the collected scheduler: %+v (answered %v), want 404 no_eligible_candidates at once", out, ok)
 		}
-		if out, ok := answered(route(sys, pid, func(p *dispatch.Pending) { p.Failures = 1 })); !ok || out.Status != 503 || out.Code != "no_eligible_backend" {
+		if out, ok := answered(route(sys, pid, func(p *dispatch.Pending) { p.Failures = 1 })); !ok || out.Reason != dispatch.ReasonNoEligibleBackend {
 			t.Errorf("a retry to the collected scheduler: %+v (answered %v), want 503 no_eligible_backend", out, ok)
 		}
 		sys.Root.Send(pid, dispatch.Release{BackendID: "b1", Seq: 1}) // dropped quietly
@@ -186,11 +186,11 @@ func TestParkedRequestsAnsweredOnCollection(t *testing.T) {
 			if got := time.Since(start); got != 5*time.Second {
 				t.Errorf("request %d answered after %v, want 5s (the collection)", i, got)
 			}
-			want := 404
+			want := dispatch.ReasonNoCandidates
 			if p.Failures > 0 {
-				want = 503
+				want = dispatch.ReasonNoEligibleBackend
 			}
-			if out.Kind != dispatch.OutcomeRejected || out.Status != want {
+			if out.Kind != dispatch.OutcomeRejected || out.Reason != want {
 				t.Errorf("request %d: %+v, want rejected %d", i, out, want)
 			}
 		}
@@ -245,7 +245,7 @@ func TestRoutesRacingTheCollectionAreAnswered(t *testing.T) {
 						p := route(sys, pid, nil)
 						select {
 						case out := <-p.Mailbox:
-							if out.Status != 404 {
+							if out.Reason != dispatch.ReasonNoCandidates {
 								t.Errorf("round %d: %+v, want 404", round, out)
 							}
 						case <-time.After(time.Second):

@@ -315,11 +315,10 @@ func (d *Directory) deadRoute(evt any) {
 	d.mu.RLock()
 	stopped := d.stopped
 	d.mu.RUnlock()
-	out := noCandidates(p)
+	r := noCandidates(p)
 	if stopped {
-		out = Outcome{Status: 503, Code: "shutting_down", Reason: "shutting_down"}
+		r = ReasonShuttingDown
 	}
-	out.Kind = OutcomeRejected
-	d.deps.Observer.Rejected(Target{}, out.Reason)
-	p.Mailbox <- out
+	d.deps.Observer.Rejected(Target{}, r)
+	p.Mailbox <- Outcome{Kind: OutcomeRejected, Reason: r}
 }

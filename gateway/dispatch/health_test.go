@@ -41,7 +41,7 @@ func (f *fixture) grantedTo(t *testing.T, n int) map[string]int {
 		p := f.route(lbconfig.DefaultEntry(lbconfig.RoundRobin), 10, nil)
 		out := <-p.Mailbox
 		if out.Kind != dispatch.OutcomeGranted {
-			got["rejected:"+out.Code]++
+			got["rejected:"+out.Reason.String()]++
 			continue
 		}
 		got[out.BackendID]++
@@ -66,8 +66,8 @@ func TestEjectedBackendIsNotACandidate(t *testing.T) {
 			t.Errorf("a ejected: %v, want all on b", got)
 		}
 		f.eject("b", idle, time.Now())
-		if got := f.grantedTo(t, 2); got["rejected:no_eligible_backend"] != 2 {
-			t.Errorf("all ejected: %v, want 503 no_eligible_backend", got)
+		if got := f.grantedTo(t, 2); got["rejected:routing_unavailable"] != 2 {
+			t.Errorf("all ejected: %v, want routing_unavailable (503 no_eligible_backend)", got)
 		}
 		f.eject("a", idle, time.Time{})
 		f.eject("b", idle, time.Time{})
@@ -105,7 +105,7 @@ func TestEjectionCap(t *testing.T) {
 		idle := load.Load{InputTPS: 1000}
 		f.backend("solo", time.Millisecond, idle, 0)
 		f.eject("solo", idle, time.Now())
-		if got := f.grantedTo(t, 1); got["rejected:no_eligible_backend"] != 1 {
+		if got := f.grantedTo(t, 1); got["rejected:routing_unavailable"] != 1 {
 			t.Errorf("single ejected backend: %v", got)
 		}
 	})

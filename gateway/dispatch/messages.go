@@ -138,10 +138,70 @@ type Outcome struct {
 	Feedback    Feedback
 	// Routing is the time from arrival to this first grant (< 0 for a retry's grant).
 	Routing time.Duration
-	// Rejected
-	Status int    // HTTP status
-	Code   string // x-stargate-error-code / error.code
-	Reason string // metric reason
+	// Reason says why the request was rejected (OutcomeRejected only).
+	Reason Reason
+}
+
+// Reason says why a request was not routed. Its String is the stable name the gateway
+// counts rejections under (the reason label of routing_rejections_total); the gateway's
+// error table (gateway/errors.go) maps each to its HTTP answer. This package knows nothing
+// of HTTP.
+type Reason uint8
+
+// Rejection reasons.
+const (
+	// ReasonNone is the zero value: not a rejection.
+	ReasonNone Reason = iota
+	// ReasonNoCandidates: the target has no backend at all, on a first attempt.
+	ReasonNoCandidates
+	// ReasonNoEligibleBackend: no backend is left for a request that already failed on one
+	// (the target has none any more, or every candidate is excluded by earlier failures).
+	ReasonNoEligibleBackend
+	// ReasonUnavailable: the balancer found no candidate able to serve (none routable, or
+	// none meeting the request's constraints) and the request could not wait.
+	ReasonUnavailable
+	// ReasonCapacityUnavailable: every eligible candidate is at capacity and the request
+	// could not (or could no longer) wait for a slot.
+	ReasonCapacityUnavailable
+	// ReasonInputWorkLimit: the request's prompt exceeds the input-work admission limit.
+	ReasonInputWorkLimit
+	// ReasonInputWorkCapacity: the fleet's input-work admission capacity is used up.
+	ReasonInputWorkCapacity
+	// ReasonInvalidLBConfig: the request's algorithm definition could not be instantiated.
+	ReasonInvalidLBConfig
+	// ReasonShuttingDown: the scheduler stopped because the gateway is shutting down.
+	ReasonShuttingDown
+	// ReasonRoutingTimeout: the scheduler did not answer in time (the gateway's own
+	// verdict while waiting; a parked request past its wait that is never woken).
+	ReasonRoutingTimeout
+	// ReasonSchedulerFailed: the target's scheduler failed (a panic) while it held the
+	// request; the request was not routed, and a new attempt is routed by a fresh scheduler.
+	ReasonSchedulerFailed
+
+	// NumReasons is the number of reasons, ReasonNone included.
+	NumReasons
+)
+
+var reasonNames = [NumReasons]string{
+	ReasonNone:                "",
+	ReasonNoCandidates:        "no_eligible_candidates",
+	ReasonNoEligibleBackend:   "no_eligible_backend",
+	ReasonUnavailable:         "routing_unavailable",
+	ReasonCapacityUnavailable: "routing_capacity_unavailable",
+	ReasonInputWorkLimit:      "input_work_limit_exceeded",
+	ReasonInputWorkCapacity:   "input_work_capacity_unavailable",
+	ReasonInvalidLBConfig:     "invalid_lb_config",
+	ReasonShuttingDown:        "shutting_down",
+	ReasonRoutingTimeout:      "routing_timeout",
+	ReasonSchedulerFailed:     "scheduler_failed",
+}
+
+// String returns the reason's stable snake_case name.
+func (r Reason) String() string {
+	if r < NumReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
 }
 
 // Pending is one request's routing state: the request's channel-based actor. The handler

@@ -14,8 +14,8 @@ import (
 
 type nopObserver struct{}
 
-func (nopObserver) Rejected(dispatch.Target, string) {}
-func (nopObserver) Parked(dispatch.Target, int)      {}
+func (nopObserver) Rejected(dispatch.Target, dispatch.Reason) {}
+func (nopObserver) Parked(dispatch.Target, int)               {}
 
 func heapAlloc() uint64 {
 	runtime.GC()

@@ -13,7 +13,7 @@ import (
 
 type quietObserver struct{}
 
-func (quietObserver) Rejected(Target, string) {}
+func (quietObserver) Rejected(Target, Reason) {}
 func (quietObserver) Parked(Target, int)      {}
 
 // releaseRig is a directory whose memory releases are counted instead of done.

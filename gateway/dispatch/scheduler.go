@@ -33,7 +33,7 @@ const (
 // cheap and safe for concurrent use. Selections are counted by the requests themselves
 // from their Outcome (after the answer is written, off the scheduler).
 type Observer interface {
-	Rejected(t Target, reason string)
+	Rejected(t Target, r Reason)
 	Parked(t Target, delta int)
 }
 
@@ -611,17 +611,17 @@ func (s *Scheduler) try(p *Pending) {
 		if bal == nil {
 			var err error
 			if bal, err = s.balancer(p.Entry); err != nil {
-				s.reject(p, Outcome{Status: 500, Code: "invalid_lb_config", Reason: "invalid_lb_config"})
+				s.reject(p, ReasonInvalidLBConfig)
 				return
 			}
 		}
 		if p.Entry.HasMaxInputWork {
 			switch lb.Admit(snap, &p.Req, *p.Entry) {
 			case lb.InputWorkLimitExceeded:
-				s.reject(p, Outcome{Status: 503, Code: "input_work_limit_exceeded", Reason: "input_work_limit_exceeded"})
+				s.reject(p, ReasonInputWorkLimit)
 				return
 			case lb.InputWorkCapacityUnavailable:
-				s.reject(p, Outcome{Status: 503, Code: "input_work_limit_exceeded", Reason: "input_work_capacity_unavailable"})
+				s.reject(p, ReasonInputWorkCapacity)
 				return
 			default:
 			}
@@ -690,24 +690,28 @@ func (s *Scheduler) unavailable(p *Pending, now time.Time, d lb.Decision) {
 			return
 		}
 	}
-	code, reason := "no_eligible_backend", "routing_unavailable"
-	switch d.Reason {
-	case lb.ReasonNoCapacity:
-		code, reason = "overloaded_error", "routing_capacity_unavailable"
-	case lb.ReasonAllExcluded:
-		reason = "no_eligible_backend"
-	default:
-	}
-	s.reject(p, Outcome{Status: 503, Code: code, Reason: reason})
+	s.reject(p, unavailableReason(d.Reason))
 }
 
-// noCandidates is the answer to p when its target has no backend: 404 for a first attempt,
-// 503 once an attempt failed.
-func noCandidates(p *Pending) Outcome {
-	if p.Failures == 0 {
-		return Outcome{Status: 404, Code: "no_eligible_candidates", Reason: "no_eligible_candidates"}
+// unavailableReason is the rejection of an Unavailable decision.
+func unavailableReason(r lb.Reason) Reason {
+	switch r {
+	case lb.ReasonNoCapacity:
+		return ReasonCapacityUnavailable
+	case lb.ReasonAllExcluded:
+		return ReasonNoEligibleBackend
+	default:
+		return ReasonUnavailable
 	}
-	return Outcome{Status: 503, Code: "no_eligible_backend", Reason: "no_eligible_backend"}
+}
+
+// noCandidates is the rejection of p when its target has no backend: no candidates for a
+// first attempt, no eligible backend once an attempt failed.
+func noCandidates(p *Pending) Reason {
+	if p.Failures == 0 {
+		return ReasonNoCandidates
+	}
+	return ReasonNoEligibleBackend
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -792,10 +796,9 @@ func (s *Scheduler) estimate(out *Outcome, p *Pending, cand *lb.Candidate, d lb.
 	}
 }
 
-func (s *Scheduler) reject(p *Pending, out Outcome) {
-	out.Kind = OutcomeRejected
-	s.deps.Observer.Rejected(s.target, out.Reason)
-	p.Mailbox <- out
+func (s *Scheduler) reject(p *Pending, r Reason) {
+	s.deps.Observer.Rejected(s.target, r)
+	p.Mailbox <- Outcome{Kind: OutcomeRejected, Reason: r}
 }
 
 func (s *Scheduler) park(p *Pending, wake time.Time) {
@@ -815,7 +818,7 @@ func (s *Scheduler) rejectAll(actor.Context) {
 		e.p.parked = false
 		s.parkedCount--
 		s.deps.Observer.Parked(s.target, -1)
-		s.reject(e.p, Outcome{Status: 503, Code: "shutting_down", Reason: "shutting_down"})
+		s.reject(e.p, ReasonShuttingDown)
 	}
 }
 

@@ -25,10 +25,10 @@ type countingObserver struct {
 	parked   int
 }
 
-func (o *countingObserver) Rejected(_ dispatch.Target, reason string) {
+func (o *countingObserver) Rejected(_ dispatch.Target, r dispatch.Reason) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.rejected = append(o.rejected, reason)
+	o.rejected = append(o.rejected, r.String())
 }
 
 func (o *countingObserver) Parked(_ dispatch.Target, delta int) {
@@ -136,8 +136,8 @@ func TestUnavailableAndMaxWait(t *testing.T) {
 		f := newFixture(t)
 		f.backend("only", time.Millisecond, load.Load{InputTPS: 1000, RunningRequests: 1, MaxEngineConcurrency: 1}, 0)
 		out := <-f.route(waw(), 10, nil).Mailbox
-		if out.Kind != dispatch.OutcomeRejected || out.Status != 503 || out.Code != "overloaded_error" {
-			t.Fatalf("no header: %+v, want 503 overloaded_error", out)
+		if out.Kind != dispatch.OutcomeRejected || out.Reason != dispatch.ReasonCapacityUnavailable {
+			t.Fatalf("no header: %+v, want routing_capacity_unavailable", out)
 		}
 		start := time.Now()
 		out = <-f.route(waw(), 10, func(p *dispatch.Pending) { p.MaxWait, p.HasMaxWait = 100*time.Millisecond, true }).Mailbox
@@ -152,11 +152,11 @@ func TestNoBackends(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		out := <-f.route(waw(), 10, nil).Mailbox
-		if out.Status != 404 || out.Code != "no_eligible_candidates" {
+		if out.Reason != dispatch.ReasonNoCandidates {
 			t.Errorf("no backends: %+v", out)
 		}
 		out = <-f.route(waw(), 10, func(p *dispatch.Pending) { p.Failures = 1 }).Mailbox
-		if out.Status != 503 {
+		if out.Reason != dispatch.ReasonNoEligibleBackend {
 			t.Errorf("no backends after a failure: %+v", out)
 		}
 	})

@@ -51,13 +51,13 @@ func TestNoCandidatesCreatesNoBalancer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		rr := lbconfig.DefaultEntry(lbconfig.RoundRobin)
-		if out := <-f.route(rr, 1, nil).Mailbox; out.Status != 404 {
+		if out := <-f.route(rr, 1, nil).Mailbox; out.Reason != dispatch.ReasonNoCandidates {
 			t.Fatalf("no backends: %+v, want 404", out)
 		}
 		f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
 			ID: "off", ClusterID: "off", Active: false, HasRTT: true, Load: load.Load{InputTPS: 1000}, UpdatedAt: time.Now(),
 		}})
-		if out := <-f.route(rr, 1, nil).Mailbox; out.Kind != dispatch.OutcomeRejected || out.Status != 503 {
+		if out := <-f.route(rr, 1, nil).Mailbox; out.Kind != dispatch.OutcomeRejected || out.Reason != dispatch.ReasonUnavailable {
 			t.Fatalf("only an inactive backend: %+v, want 503", out)
 		}
 		st := f.state(t)

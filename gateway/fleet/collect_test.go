@@ -24,8 +24,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type nopObserver struct{}
 
-func (nopObserver) Rejected(dispatch.Target, string) {}
-func (nopObserver) Parked(dispatch.Target, int)      {}
+func (nopObserver) Rejected(dispatch.Target, dispatch.Reason) {}
+func (nopObserver) Parked(dispatch.Target, int)               {}
 
 // rig is a fleet and its directory in their own actor system, without probes.
 type rig struct {
@@ -174,7 +174,7 @@ func TestParkedRequestAnsweredWhenBackendExpires(t *testing.T) {
 		if got := time.Since(start); got != 3*time.Second {
 			t.Errorf("answered after %v, want 3s (the expiry)", got)
 		}
-		if out.Kind != dispatch.OutcomeRejected || out.Status != 404 || out.Code != "no_eligible_candidates" {
+		if out.Kind != dispatch.OutcomeRejected || out.Reason != dispatch.ReasonNoCandidates {
 			t.Errorf("outcome %+v, want 404 no_eligible_candidates", out)
 		}
 		time.Sleep(dispatch.DefaultCollectGrace)
