@@ -297,6 +297,7 @@ type Gateway struct {
 	log                  *slog.Logger
 	sys                  *actor.ActorSystem
 	dir                  *dispatch.Directory
+	exprs                exprCache // parsed routing expressions (expression.go)
 	pending              dispatch.PendingPool
 	upstream             *relay.Conns // every pylon connection, for the headers timeout
 	stopWatch, watchDone chan struct{}

@@ -156,7 +156,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	rt.mayStream = bytes.Contains(body, streamKey)
 	r, err := g.resolve(&rt)
 	if err != nil {
-		writeError(ctx, fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, control.HeaderRoutingMethod, err))
+		writeError(ctx, routingMethodError(err))
 		return
 	}
 	if r.entry.RequireCacheAffinityKey && rt.affinityKey == "" {
@@ -243,11 +243,14 @@ func (g *Gateway) resolve(rt *routing) (*resolved, error) {
 	cfg := g.lbcfg.Load()
 	if r := g.lastResolved.Load(); r != nil && r.cfg == cfg && r.target.Model == rt.model && r.target.RoutingKey == rt.routingKey &&
 		r.hasMethod == rt.hasMethod && r.method == rt.method && r.epoch == g.dir.Epoch() {
+		if r.entry.FromExpression {
+			g.countExpression(r.entry, "hit")
+		}
 		return r, nil
 	}
 	// A new target: keep copies, not views of this request's headers (see routing).
 	rt.model, rt.routingKey, rt.method = strings.Clone(rt.model), strings.Clone(rt.routingKey), strings.Clone(rt.method)
-	entry, err := cfg.Resolve(rt.model, rt.method, rt.hasMethod)
+	entry, err := g.resolveEntry(cfg, rt)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // wrapped by the caller
 	}

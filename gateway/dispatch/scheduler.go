@@ -139,6 +139,9 @@ type Scheduler struct {
 	parked       parkHeap
 	alarm        *actors.Alarm
 	reeval       bool
+	// exprs are the definitions of the balancers routing expressions made, most recent
+	// first: a target keeps at most MaxExpressionBalancers of them.
+	exprs []lbconfig.Entry
 	// parkedCount counts live parked requests (the heap may hold cancelled entries).
 	parkedCount int
 	// sys is the actor system; stopped is set once the actor stopped (see stoppedInvoker).
@@ -581,13 +584,35 @@ func (s *Scheduler) balancer(ep *lbconfig.Entry) (lb.Balancer, error) {
 		}
 		s.balancers[e] = b
 	}
+	if e.FromExpression {
+		s.recentExpression(e)
+	}
 	s.lastEntry, s.lastEntryPtr, s.lastBalancer = e, ep, b
 	return b, nil
+}
+
+// MaxExpressionBalancers is how many balancers made by routing expressions (per-request
+// settings) a target keeps: those of its most recent distinct expressions. An older
+// expression's balancer is dropped, and its next request starts a fresh one.
+const MaxExpressionBalancers = 2
+
+// recentExpression makes e the target's most recent expression definition, dropping the
+// balancer of the least recent one beyond MaxExpressionBalancers.
+func (s *Scheduler) recentExpression(e lbconfig.Entry) {
+	if i := slices.Index(s.exprs, e); i >= 0 {
+		s.exprs = slices.Delete(s.exprs, i, i+1)
+	}
+	s.exprs = slices.Insert(s.exprs, 0, e)
+	if len(s.exprs) > MaxExpressionBalancers {
+		delete(s.balancers, s.exprs[len(s.exprs)-1])
+		s.exprs = s.exprs[:MaxExpressionBalancers]
+	}
 }
 
 // resetBalancers drops every balancer instance (see ResetBalancers).
 func (s *Scheduler) resetBalancers() {
 	clear(s.balancers)
+	s.exprs = s.exprs[:0]
 	s.lastEntry, s.lastEntryPtr, s.lastBalancer = lbconfig.Entry{}, nil, nil
 }
 

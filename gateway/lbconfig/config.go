@@ -74,10 +74,22 @@ func (c *Config) ModelEntry(model string) Entry {
 // permissive default, DefaultEntry(N) named with the header's normalised spelling.
 // Otherwise the error is a *HeaderError wrapping ErrUnavailableAlgorithm; blank, non-UTF-8
 // and unknown values wrap ErrUnknownAlgorithm.
+//
+// A value with parameters is a routing expression (see IsExpression): its method resolves
+// the same way and its parameters override that definition's settings; a refused
+// expression is an *ExpressionError.
 func (c *Config) Resolve(model, header string, headerPresent bool) (Entry, error) {
 	if !headerPresent {
 		return c.ModelEntry(model), nil
 	}
+	if IsExpression(header) {
+		return c.resolveExpression(model, header)
+	}
+	return c.resolveName(model, header)
+}
+
+// resolveName resolves a plain x-routing-method name (see Resolve).
+func (c *Config) resolveName(model, header string) (Entry, error) {
 	a, name, err := ParseRoutingMethod(header)
 	if err != nil {
 		return Entry{}, err

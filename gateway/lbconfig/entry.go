@@ -150,6 +150,11 @@ type Entry struct {
 	// pulsar-wait-and-widen only; consider_kv_free_tokens).
 	ConsiderKVFreeTokens bool
 
+	// FromExpression says the entry was made by a routing expression (an x-routing-method
+	// value with parameters) rather than found in the configuration: the scheduler keeps
+	// only a target's most recent expression balancers.
+	FromExpression bool
+
 	// TTFTCorrection is ttft_correction (power-of-n, wait-and-widen and
 	// pulsar-wait-and-widen, the algorithms that estimate TTFT): each cluster's TTFT
 	// estimates are multiplied by the ratio of observed to estimated times to first byte

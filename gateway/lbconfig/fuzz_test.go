@@ -2,6 +2,7 @@ package lbconfig
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -53,7 +54,7 @@ func FuzzParse(f *testing.F) {
 func FuzzResolve(f *testing.F) {
 	for _, seed := range []string{
 		"", " ", "power-of-n", "POWER_OF_TWO", " PowerOf2 ", "groq-multiregion", "pulsar_multiregion",
-		"sticky", "random;x=1", "\xff", "round\u00a0robin", "ＰＵＬＳＡＲ",
+		"sticky", "random;x=1", "wait-and-widen;n=3", "pulsar_wait_and_widen;cache_affinity_backend_selection_count=2;x", "\xff", "round\u00a0robin", "ＰＵＬＳＡＲ",
 	} {
 		f.Add("model-a", seed)
 	}
@@ -64,6 +65,13 @@ func FuzzResolve(f *testing.F) {
 	f.Fuzz(func(t *testing.T, model, header string) {
 		for _, c := range []*Config{Default(), explicit} {
 			e, err := c.Resolve(model, header, true)
+			if err != nil && IsExpression(header) {
+				var xe *ExpressionError
+				if !errors.As(err, &xe) || xe.Value != header || xe.Class == "" {
+					t.Fatalf("Resolve(%q, %q) error %v is not an ExpressionError for the value", model, header, err)
+				}
+				continue
+			}
 			if err != nil {
 				var he *HeaderError
 				if !errors.As(err, &he) || he.Value != header {
@@ -78,7 +86,14 @@ func FuzzResolve(f *testing.F) {
 				}
 				continue
 			}
-			a, _, perr := ParseRoutingMethod(header)
+			method := header
+			if IsExpression(header) {
+				if !e.FromExpression {
+					t.Fatalf("Resolve(%q, %q) = %+v, not marked as an expression's", model, header, e)
+				}
+				method = header[:strings.IndexByte(header, ';')]
+			}
+			a, _, perr := ParseRoutingMethod(method)
 			if perr != nil || e.Algorithm != a {
 				t.Fatalf("Resolve(%q, %q) = %v, but the header parses to %v, %v", model, header, e.Algorithm, a, perr)
 			}
