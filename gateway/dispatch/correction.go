@@ -144,18 +144,16 @@ type ttftCell struct {
 	mu  sync.Mutex
 	c   TTFTCorrection
 	gen uint64 // bumped by reset: observations of estimates made before are dropped
-	// factor holds math.Float64bits(c.Factor()).
+	// factor holds math.Float64bits(c.Factor()) once the correction is warm
+	// (TTFTCorrectionWarmup observations), 0 before: not yet known.
 	factor atomic.Uint64
 }
 
-func newTTFTCell() *ttftCell {
-	cell := &ttftCell{}
-	cell.factor.Store(math.Float64bits(1))
-	return cell
-}
+func newTTFTCell() *ttftCell { return &ttftCell{} }
 
-// Factor is the cell's current multiplier (1 = none).
-func (cell *ttftCell) Factor() float64 { return math.Float64frombits(cell.factor.Load()) }
+// learned is the cell's current multiplier (1 = none), or 0 while it has had too few
+// observations to know (the scheduler then uses its peers' factor: see correct).
+func (cell *ttftCell) learned() float64 { return math.Float64frombits(cell.factor.Load()) }
 
 // generation is the cell's current generation (read by the scheduler, its only writer).
 func (cell *ttftCell) generation() uint64 {
@@ -170,7 +168,7 @@ func (cell *ttftCell) reset() {
 	defer cell.mu.Unlock()
 	cell.c = TTFTCorrection{}
 	cell.gen++
-	cell.factor.Store(math.Float64bits(1))
+	cell.factor.Store(0)
 }
 
 // observe learns from one observation of an estimate made at generation gen.
@@ -181,7 +179,9 @@ func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration) {
 		return
 	}
 	cell.c.Observe(estimated, observed)
-	cell.factor.Store(math.Float64bits(cell.c.Factor()))
+	if cell.c.Observations() >= TTFTCorrectionWarmup {
+		cell.factor.Store(math.Float64bits(cell.c.Factor()))
+	}
 }
 
 // state returns the cell's factor and observation count (for /debug/state).

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"container/heap"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -499,14 +500,35 @@ func (info *clusterInfo) correction() *ttftCell {
 // correct makes the snapshot's candidates carry their clusters' current TTFT corrections
 // (on) or none (off), before a decision. With correction on, every decision reads the
 // latest factors (one atomic load per candidate); off costs nothing once cleared.
+//
+// A cluster whose correction is not warm yet takes the geometric mean of its warm peers'
+// factors: estimates are usually off for reasons the clusters share (the engines' real
+// speed against their reports, the network), and an unknown cluster left at 1 next to
+// peers corrected to 0.5 would look twice as slow as they and get no traffic, hence no
+// observations of its own — one cluster would take everything.
 func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
 	if !on && !s.corrected {
 		return
 	}
+	pooled := 0.0
+	if on {
+		logSum, n := 0.0, 0
+		for i := range snap.Candidates {
+			if f := s.cells[i].learned(); f > 0 {
+				logSum += math.Log(f)
+				n++
+			}
+		}
+		if n > 0 {
+			pooled = math.Exp(logSum / float64(n))
+		}
+	}
 	for i := range snap.Candidates {
 		f := 0.0
 		if on {
-			f = s.cells[i].Factor()
+			if f = s.cells[i].learned(); f == 0 {
+				f = pooled
+			}
 		}
 		snap.Candidates[i].Correction = f
 	}

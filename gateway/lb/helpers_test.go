@@ -46,8 +46,13 @@ func full(c lb.Candidate) lb.Candidate {
 
 func snap(cs ...lb.Candidate) *lb.Snapshot { return lb.NewSnapshot("", "model-a", cs) }
 
+//
+// The decision tests were written for exact comparisons: they pin a 1 ms tie band, so a
+// candidate a few milliseconds faster still wins; the default bucket-wide band has its
+// own test (TestNearTiesAreSpread).
 func waw(mod func(*lbconfig.Entry)) lbconfig.Entry {
 	e := lbconfig.DefaultEntry(lbconfig.WaitAndWiden)
+	e.TieTolerance = time.Millisecond
 	if mod != nil {
 		mod(&e)
 	}

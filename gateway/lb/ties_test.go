@@ -25,7 +25,7 @@ func TestNearTiesAreSpread(t *testing.T) {
 			e.TieTolerance = tol
 			return e
 		}},
-		{"wait-and-widen", snap(idle("a", 0.2), idle("b", 0.5)), snap(idle("a", 0.2), idle("b", 5)), lbconfig.DefaultWAWTieTolerance, func(tol time.Duration) lbconfig.Entry {
+		{"wait-and-widen", snap(idle("a", 0.2), idle("b", 12)), snap(idle("a", 0.2), idle("b", 45)), lbconfig.DefaultWAWTieTolerance, func(tol time.Duration) lbconfig.Entry {
 			return waw(func(e *lbconfig.Entry) { e.TieTolerance = tol })
 		}},
 	} {

@@ -21,7 +21,7 @@ const (
 	DefaultUnlockFactor       = 0.25                  // next_bucket_unlock_factor
 	DefaultN                  = 2                     // n, the wait-and-widen sample size
 	DefaultTieTolerance       = 5 * time.Millisecond  // tie_tolerance_ms of power-of-n
-	DefaultWAWTieTolerance    = time.Millisecond      // tie_tolerance_ms of wait-and-widen
+	DefaultWAWTieTolerance    = 20 * time.Millisecond // tie_tolerance_ms of wait-and-widen: one TTFT bucket
 	DefaultSessionTTL         = 5 * time.Minute       // session_affinity_ttl_ms (wait-and-widen)
 	DefaultSessionTableSize   = 65536                 // session_table_size (wait-and-widen)
 	DefaultPrefixIndexBlocks  = 16384                 // prefix_index_blocks (wait-and-widen)

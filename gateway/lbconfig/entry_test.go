@@ -24,7 +24,7 @@ func TestDefaultEntry(t *testing.T) {
 		BucketSize:         20 * time.Millisecond,
 		UnlockFactor:       0.25,
 		N:                  2,
-		TieTolerance:       time.Millisecond,
+		TieTolerance:       20 * time.Millisecond,
 		SessionTTL:         5 * time.Minute,
 		SessionTableSize:   65536,
 		PrefixIndexBlocks:  16384,

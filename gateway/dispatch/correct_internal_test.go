@@ -1,0 +1,52 @@
+package dispatch
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/gateway/lb"
+)
+
+// warmCell is a correction cell that has learned ratio observed/estimated from enough
+// observations to apply it.
+func warmCell(ratio float64) *ttftCell {
+	cell := newTTFTCell()
+	for range TTFTCorrectionWarmup {
+		cell.observe(0, 100*time.Millisecond, time.Duration(ratio*float64(100*time.Millisecond)))
+	}
+	return cell
+}
+
+// A cluster whose correction is not warm takes its warm peers' (geometric mean) factor,
+// so that it does not look slower than they only for lack of observations; with no warm
+// peer nothing is corrected, and turning the correction off clears every factor.
+func TestColdClustersTakeTheirPeersCorrection(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		cells []*ttftCell
+		want  []float64
+	}{
+		{"one warm, one cold", []*ttftCell{warmCell(0.5), newTTFTCell()}, []float64{0.5, 0.5}},
+		{"two warm, one cold", []*ttftCell{warmCell(0.5), warmCell(2), newTTFTCell()}, []float64{0.5, 2, 1}},
+		{"all cold", []*ttftCell{newTTFTCell(), newTTFTCell()}, []float64{0, 0}},
+		{"cold after a reset", []*ttftCell{warmCell(0.5), func() *ttftCell { c := warmCell(2); c.reset(); return c }()}, []float64{0.5, 0.5}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Scheduler{cells: tt.cells}
+			snap := &lb.Snapshot{Candidates: make([]lb.Candidate, len(tt.cells))}
+			s.correct(snap, true)
+			for i, want := range tt.want {
+				if got := snap.Candidates[i].Correction; math.Abs(got-want) > 0.05*want || (want == 0) != (got == 0) {
+					t.Errorf("candidate %d: correction %v, want %v", i, got, want)
+				}
+			}
+			s.correct(snap, false)
+			for i := range snap.Candidates {
+				if got := snap.Candidates[i].Correction; got != 0 {
+					t.Errorf("off: candidate %d keeps correction %v", i, got)
+				}
+			}
+		})
+	}
+}
