@@ -8,13 +8,13 @@ import (
 
 	"github.com/switchyard/switchyard/internal/echo"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/internal/promtext"
 )
 
 // handle is the public listener's handler: the OpenAI API, /v1/models, /healthz and
@@ -120,11 +120,8 @@ func (g *Gateway) anyRoutable() bool {
 }
 
 func (g *Gateway) handleMetrics(ctx *fasthttp.RequestCtx) {
-	ctx.SetContentType("text/plain; version=0.0.4")
-	g.metrics.write(ctx)
-	g.writeFleetMetrics(ctx)
-	metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
-	metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
+	ctx.SetContentType(promtext.ContentType)
+	g.metrics.write(ctx, g.fleetGauges().write)
 }
 
 // handleControl serves PUT/DELETE /control/v1/backends/{id}.
@@ -239,23 +236,25 @@ func (g *Gateway) handleDebugState(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
-// writeFleetMetrics writes gauges computed at scrape time: routable backends per target and
-// the routing targets (schedulers) alive.
-func (g *Gateway) writeFleetMetrics(ctx *fasthttp.RequestCtx) {
-	counts := map[dispatch.Target]int{}
+// fleetGauges computes the gauges read from the fleet at scrape time: routable backends
+// per target and in all, and the routing targets (schedulers) alive.
+func (g *Gateway) fleetGauges() fleetGauges {
+	f := fleetGauges{m: g.metrics, perTarget: map[dispatch.Target]int{}, targets: g.dir.Len()}
 	for _, b := range g.fleet.States() {
+		routable := false
 		for name := range b.Models {
 			m := b.Models[name]
 			t := dispatch.Target{RoutingKey: b.RoutingKey, Model: name}
 			if m.Status == control.StatusActive && b.HasRTT {
-				counts[t]++
-			} else if _, ok := counts[t]; !ok {
-				counts[t] = 0
+				f.perTarget[t]++
+				routable = true
+			} else if _, ok := f.perTarget[t]; !ok {
+				f.perTarget[t] = 0
 			}
 		}
+		if routable {
+			f.routable++
+		}
 	}
-	for t, n := range counts {
-		fmt.Fprintf(ctx, "%s %d\n", g.metrics.series(mActiveBackends, "routing_key", t.RoutingKey, "model", t.Model), n)
-	}
-	fmt.Fprintf(ctx, "%s %d\n", g.metrics.series(mRoutingTargets), g.dir.Len())
+	return f
 }

@@ -63,7 +63,7 @@ func (f *fullStack) backend(t *testing.T, id string, engineCfg mock.Config, inpu
 	cfg.UpstreamBaseURL, cfg.Gateways, cfg.AdvertiseURL = "http://e"+id+":80", []string{"http://gateway"}, "http://"+id+":80"
 	cfg.ID, cfg.ModelNames, cfg.InitialInputTPS, cfg.PinInputTPS = id, []string{"dummy-model"}, inputTPS, true
 	cfg.MinUpdateInterval = 200 * time.Millisecond
-	p, err := pylon.New(cfg, pylon.Deps{Listener: f.listener(id), Dial: f.dial, Logger: slog.New(slog.DiscardHandler)})
+	p, err := pylon.New(cfg, pylon.Deps{Listener: f.listener(id), AdminListener: f.listener(id + "-admin"), Dial: f.dial, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

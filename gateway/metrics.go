@@ -175,6 +175,7 @@ func (m *gatewayMetrics) target(t dispatch.Target) *targetSeries {
 		overhead: m.set.GetOrCreatePrometheusHistogramExt(m.series(mOverhead, "model", t.Model), overheadBucket),
 		routing:  m.set.GetOrCreatePrometheusHistogramExt(m.series(mRoutingDuration, "routing_key", t.RoutingKey, "model", t.Model), routingBuckets),
 	}
+	m.zeroTarget(t)
 	v, _ := m.targets.LoadOrStore(t, ts)
 	return v.(*targetSeries)
 }
@@ -245,6 +246,7 @@ func newMetrics(prefix string) *gatewayMetrics {
 	m.parked = m.set.NewGauge(prefix+mParked, nil)
 	m.infl = m.set.NewGauge(prefix+mInflightRequests, nil)
 	m.loadApplied = m.set.NewCounter(m.series(mLoadReports, "result", "applied"))
+	m.zeroGateway()
 	return m
 }
 
@@ -335,4 +337,8 @@ func (m *gatewayMetrics) Parked(_ dispatch.Target, delta int) {
 	m.parked.Add(float64(delta))
 }
 
-func (m *gatewayMetrics) write(w io.Writer) { m.set.WritePrometheus(w) }
+// write writes the /metrics page: the set, then parts (series computed at scrape time),
+// then the process's own go_* and process_* series.
+func (m *gatewayMetrics) write(w io.Writer, parts ...func(io.Writer)) {
+	m.page().Write(w, append([]func(io.Writer){m.set.WritePrometheus}, parts...)...)
+}

@@ -24,7 +24,10 @@ import (
 const CalibrationRequestPrefix = "calibration-"
 
 const (
-	mCalibrationDuration = "model_calibration_duration_ms"
+	mCalibrationDuration = "model_calibration_duration_seconds"
+	// refCalibrationDuration is the reference router's name (in ms), exported as well with
+	// Config.MetricsReferenceNames.
+	refCalibrationDuration = "model_calibration_duration_ms"
 	// calibrationSettle bounds the wait, after the last step, for engine stats stream
 	// events of the calibration requests still in flight to reach the aggregate.
 	calibrationSettle = time.Second
@@ -126,7 +129,11 @@ func (p *Pylon) calibrateModel(ctx context.Context, client *fasthttp.HostClient,
 		outcome = "failed"
 	}
 	elapsed := p.now().Sub(start)
-	p.metrics.gauge(mCalibrationDuration + `{model="` + escape(model) + `",outcome="` + outcome + `"}`).Set(float64(elapsed.Milliseconds()))
+	labels := `{model="` + escape(model) + `",outcome="` + outcome + `"}`
+	p.metrics.gauge(mCalibrationDuration + labels).Set(elapsed.Seconds())
+	if p.metrics.reference {
+		p.metrics.gauge(refCalibrationDuration + labels).Set(float64(elapsed.Milliseconds()))
+	}
 	if !valid {
 		return fmt.Errorf("%w: model %q: no valid input TPS was observed (ramp ended: %s)", ErrCalibration, model, reason)
 	}

@@ -129,7 +129,11 @@ type Config struct {
 	TLS       tlsx.ServerOptions
 	ClientTLS tlsx.ClientOptions
 
-	MetricsPrefix         string // pylon_
+	MetricsPrefix string // pylon_
+	// MetricsReferenceNames also exports the reference router's names of the series whose
+	// units are not base units (queue_admission_*_ms, model_*_tps,
+	// model_calibration_duration_ms) next to their _seconds and _tokens_per_second forms.
+	MetricsReferenceNames bool
 	DiscoveryPollInterval time.Duration
 	// DrainTimeout bounds a shutdown's wait for in-flight requests; past it their engine
 	// connections and then their client connections are closed.

@@ -9,10 +9,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/promtext"
 	"github.com/switchyard/switchyard/pylon/relay"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -39,10 +39,8 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 func (p *Pylon) serveAdmin(ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) {
 	case "/metrics":
-		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-		p.metrics.set.WritePrometheus(ctx)
-		metrics.WriteProcessMetrics(ctx) // go_* and process_*: memory, goroutines, GC, CPU
-		metrics.WriteFDMetrics(ctx)      // process_open_fds, process_max_fds: connections
+		ctx.SetContentType(promtext.ContentType)
+		p.metrics.page().Write(ctx, p.metrics.set.WritePrometheus)
 	case "/healthz":
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)

@@ -35,11 +35,11 @@ const (
 	mRetryable           = "retryable_responses_total"
 	mNonRetryable        = "nonretryable_failures_total"
 	mAdmissionDecisions  = "queue_admission_decisions_total"
-	mAdmissionExpectedMs = "queue_admission_expected_ms"
-	mAdmissionActualMs   = "queue_admission_actual_ms"
-	mModelOutputTPS      = "model_output_tps"
-	mModelInputTPS       = "model_last_mean_input_tps"
-	mModelMaxOutputTPS   = "model_max_output_tps"
+	mAdmissionExpected   = "queue_admission_expected_seconds"
+	mAdmissionActual     = "queue_admission_actual_seconds"
+	mModelOutputTPS      = "model_output_tokens_per_second"
+	mModelInputTPS       = "model_last_mean_input_tokens_per_second"
+	mModelMaxOutputTPS   = "model_max_output_tokens_per_second"
 	mModelQueueSize      = "model_queue_size"
 	mModelQueuedTokens   = "model_queued_input_tokens" //nolint:gosec // a metric name, not a credential
 	mModelKVCapacity     = "model_kv_cache_capacity_tokens"
@@ -55,10 +55,21 @@ const (
 	mCanaryChecks     = "canary_checks_total"
 )
 
+// The reference router's names of the series above whose units are not base units,
+// exported as well with Config.MetricsReferenceNames.
+const (
+	refAdmissionExpectedMs = "queue_admission_expected_ms"
+	refAdmissionActualMs   = "queue_admission_actual_ms"
+	refModelOutputTPS      = "model_output_tps"
+	refModelInputTPS       = "model_last_mean_input_tps"
+	refModelMaxOutputTPS   = "model_max_output_tps"
+)
+
 var (
-	secondsBuckets = metrics.ExponentialBuckets(0.0005, 2, 18) // 0.5 ms … 65 s
-	tokenBuckets   = metrics.ExponentialBuckets(16, 2, 14)     // 16 … 131 072 tokens
-	msBuckets      = metrics.ExponentialBuckets(1, 2, 18)      // 1 ms … 131 s
+	secondsBuckets   = metrics.ExponentialBuckets(0.0005, 2, 18) // 0.5 ms … 65 s
+	tokenBuckets     = metrics.ExponentialBuckets(16, 2, 14)     // 16 … 131 072 tokens
+	admissionBuckets = metrics.ExponentialBuckets(0.001, 2, 18)  // 1 ms … 131 s
+	msBuckets        = metrics.ExponentialBuckets(1, 2, 18)      // 1 ms … 131 s (reference names)
 )
 
 func escape(v string) string {
@@ -70,6 +81,8 @@ type pylonMetrics struct {
 	set    *metrics.Set
 	prefix string
 	id     string
+	// reference also exports the reference router's _ms and _tps names.
+	reference bool
 	// outcomes caches the retry-signalling counters by outcomeKey (the series name is
 	// formatted once per distinct outcome, not per request).
 	outcomes sync.Map
@@ -84,11 +97,12 @@ type outcomeKey struct {
 	status    int
 }
 
-func newPylonMetrics(prefix, id, version string) *pylonMetrics {
-	m := &pylonMetrics{set: metrics.NewSet(), prefix: prefix, id: escape(id)}
+func newPylonMetrics(prefix, id, version string, reference bool) *pylonMetrics {
+	m := &pylonMetrics{set: metrics.NewSet(), prefix: prefix, id: escape(id), reference: reference}
 	m.set.GetOrCreateGauge(prefix+mTargetInfo+`{service_name="pylon",service_version="`+escape(version)+`",commit="`+escape(version)+`"}`, func() float64 { return 1 })
 	m.firstOutputTimeouts = m.counter(mUpstreamTimeouts + `{reason="first_output"}`)
 	m.streamIdleTimeouts = m.counter(mUpstreamTimeouts + `{reason="stream_idle"}`)
+	m.zero()
 	return m
 }
 
@@ -138,15 +152,18 @@ type modelMetrics struct {
 	decisions []*metrics.Counter
 	expected  *metrics.PrometheusHistogram
 	actual    *metrics.PrometheusHistogram
-	headers   *metrics.PrometheusHistogram
-	first     *metrics.PrometheusHistogram
-	duration  *metrics.PrometheusHistogram
-	inTotal   *metrics.Counter
-	outTotal  *metrics.Counter
-	inHist    *metrics.PrometheusHistogram
-	outHist   *metrics.PrometheusHistogram
-	usage     *metrics.Counter
-	chunks    *metrics.Counter
+	// expectedMs and actualMs are the reference names' histograms (nil unless exported).
+	expectedMs *metrics.PrometheusHistogram
+	actualMs   *metrics.PrometheusHistogram
+	headers    *metrics.PrometheusHistogram
+	first      *metrics.PrometheusHistogram
+	duration   *metrics.PrometheusHistogram
+	inTotal    *metrics.Counter
+	outTotal   *metrics.Counter
+	inHist     *metrics.PrometheusHistogram
+	outHist    *metrics.PrometheusHistogram
+	usage      *metrics.Counter
+	chunks     *metrics.Counter
 
 	// byStatus caches requests_total by HTTP status (100–599), created on first use.
 	byStatus [500]atomic.Pointer[metrics.Counter]
@@ -161,8 +178,12 @@ func newModelMetrics(m *pylonMetrics, model string, snap func() *genSnapshot) *m
 	}
 	il := `{inference_server_id="` + m.id + `",model_id="` + l + `"}`
 	s, p := m.set, m.prefix
-	mm.expected = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionExpectedMs+il, msBuckets)
-	mm.actual = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionActualMs+il, msBuckets)
+	mm.expected = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionExpected+il, admissionBuckets)
+	mm.actual = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionActual+il, admissionBuckets)
+	if m.reference {
+		mm.expectedMs = s.GetOrCreatePrometheusHistogramExt(p+refAdmissionExpectedMs+il, msBuckets)
+		mm.actualMs = s.GetOrCreatePrometheusHistogramExt(p+refAdmissionActualMs+il, msBuckets)
+	}
 	mm.headers = s.GetOrCreatePrometheusHistogramExt(p+mTimeToHeaders+ml, secondsBuckets)
 	mm.first = s.GetOrCreatePrometheusHistogramExt(p+mTimeToFirstOutput+ml, secondsBuckets)
 	mm.duration = s.GetOrCreatePrometheusHistogramExt(p+mRequestDuration+ml, secondsBuckets)
@@ -199,6 +220,11 @@ func newModelMetrics(m *pylonMetrics, model string, snap func() *genSnapshot) *m
 	} {
 		s.GetOrCreateGauge(p+name+ml, get(f))
 	}
+	if m.reference {
+		s.GetOrCreateGauge(p+refModelOutputTPS+ml, get(func(g *genSnapshot) float64 { return g.load.OutputTPS }))
+		s.GetOrCreateGauge(p+refModelInputTPS+ml, get(func(g *genSnapshot) float64 { return g.load.InputTPS }))
+		s.GetOrCreateGauge(p+refModelMaxOutputTPS+ml, get(func(g *genSnapshot) float64 { return g.load.MaxOutputTPS }))
+	}
 	s.GetOrCreateGauge(p+mModelAdvertised+`{model="`+l+`",status="ACTIVE"}`, func() float64 {
 		if snap() != nil {
 			return 1
@@ -227,7 +253,11 @@ func (mm *modelMetrics) status(code int) *metrics.Counter {
 func (mm *modelMetrics) decision(d admission.Decision) {
 	mm.decisions[d.Result].Inc()
 	if d.Result == admission.Accepted || d.Result == admission.Rejected {
-		mm.expected.Update(float64(d.ExpectedMs))
-		mm.actual.Update(float64(d.ActualMs))
+		mm.expected.Update(float64(d.ExpectedMs) / 1000)
+		mm.actual.Update(float64(d.ActualMs) / 1000)
+		if mm.expectedMs != nil {
+			mm.expectedMs.Update(float64(d.ExpectedMs))
+			mm.actualMs.Update(float64(d.ActualMs))
+		}
 	}
 }

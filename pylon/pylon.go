@@ -123,7 +123,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	u, _ := url.Parse(cfg.UpstreamBaseURL)
 	p := &Pylon{
 		cfg: cfg, log: deps.Logger.With("component", "pylon"), baseLog: deps.Logger, now: deps.Now,
-		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version), upstreamHost: u.Host, upstreamScheme: u.Scheme,
+		metrics: newPylonMetrics(cfg.MetricsPrefix, cfg.ID, deps.Version, cfg.MetricsReferenceNames), upstreamHost: u.Host, upstreamScheme: u.Scheme,
 		sentStructure: map[string]uint64{}, ln: deps.Listener, adminLn: deps.AdminListener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
 		replies:    newReplyPool(),
 		lookupHost: deps.LookupHost,

@@ -82,6 +82,7 @@ type cli struct {
 	TLSClientCertFile          string        `name:"tls-client-cert-file" type:"path" help:"PEM client certificate presented to gateways when registering (mutual TLS); re-read when it changes."`
 	TLSClientKeyFile           string        `name:"tls-client-key-file" type:"path" help:"PEM private key of --tls-client-cert-file."`
 	MetricsPrefix              string        `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
+	MetricsReferenceNames      bool          `name:"metrics-reference-names" help:"Also export the reference router's metric names in ms and tokens/s (queue_admission_expected_ms, queue_admission_actual_ms, model_output_tps, model_last_mean_input_tps, model_max_output_tps, model_calibration_duration_ms) next to their _seconds and _tokens_per_second forms (promtool flags the _ms names)."`
 	MaxRequestBodyBytes        int           `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
 	// The data and admin listeners' connection limits (each listener has its own cap).
 	Limits httpserver.Flags `embed:""`
@@ -119,6 +120,7 @@ func (c *cli) config() pylon.Config {
 	cfg.RequireUpstreamRetryHeader, cfg.UpstreamRetryHeader, cfg.PropagateRetryAfter = c.RequireUpstreamRetryHeader, c.UpstreamRetryHeader, c.PropagateRetryAfter
 	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, c.ModelDiscoveryPoll, c.DrainTimeout
 	cfg.ControlToken, cfg.ControlTokenFile, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.ControlTokenFile, c.MetricsPrefix, c.MaxRequestBodyBytes
+	cfg.MetricsReferenceNames = c.MetricsReferenceNames
 	cfg.AdminListenAddr = c.AdminListenAddr
 	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}

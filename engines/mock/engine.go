@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/internal/echo"
+	"github.com/switchyard/switchyard/internal/promtext"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -346,8 +347,8 @@ func (e *Engine) serveModels(ctx *fasthttp.RequestCtx) {
 }
 
 func (e *Engine) serveMetrics(ctx *fasthttp.RequestCtx) {
-	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-	e.metrics.WritePrometheus(ctx)
+	ctx.SetContentType(promtext.ContentType)
+	metricsPage.Write(ctx, e.metrics.WritePrometheus)
 }
 
 // load returns running and waiting requests as vLLM reports them.

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/switchyard/switchyard/internal/promtext"
 )
 
 // Metric names follow vLLM's Prometheus exposition so scrapers written for vLLM work.
@@ -20,6 +22,21 @@ const (
 	metricPrefixQueries    = "vllm:prefix_cache_queries_total"
 	metricPrefixHits       = "vllm:prefix_cache_hits_total"
 )
+
+// metricsPage is the engine's /metrics exposition: vLLM's names, with a help text each.
+var metricsPage = promtext.Page{Prefix: "vllm:", Help: map[string]string{ //nolint:gosec // help texts that mention tokens, not credentials
+	"num_requests_running":        "Requests running on the engine (prefill or decode).",
+	"num_requests_waiting":        "Requests waiting for a slot on the engine.",
+	"kv_cache_usage_perc":         "Fraction of the KV cache in use (1 = full).",
+	"gpu_cache_usage_perc":        "Fraction of the KV cache in use (1 = full); the name of older vLLM releases.",
+	"prompt_tokens_total":         "Prompt tokens processed.",
+	"generation_tokens_total":     "Output tokens generated.",
+	"time_to_first_token_seconds": "Time from a request's arrival to its first output token.",
+	"e2e_request_latency_seconds": "Time from a request's arrival to its last output token.",
+	"request_success_total":       "Requests finished, by reason (stop, length).",
+	"prefix_cache_queries_total":  "Prompt tokens looked up in the prefix cache.",
+	"prefix_cache_hits_total":     "Prompt tokens found in the prefix cache.",
+}}
 
 // Bucket bounds as in vLLM.
 var (

@@ -1,0 +1,81 @@
+package pylon
+
+import (
+	"strconv"
+
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/promtext"
+)
+
+// metricsHelp is the # HELP text of every pylon family, without the prefix
+// (docs/metrics.md lists them with their labels).
+var metricsHelp = map[string]string{ //nolint:gosec // help texts that mention tokens, not credentials
+	mTargetInfo:                        "The pylon's version (always 1).",
+	mRegistrationConn:                  "1 while the registration with the gateway is current, 0 while it is failing.",
+	mRequestsInflight:                  "Requests the pylon is relaying to the engine.",
+	mRequestsState:                     "Requests in flight by phase (queued, prefill, decode).",
+	mRequestsStateTokens:               "Input tokens of the requests in flight by phase.",
+	mRequestsTotal:                     "Finished requests by HTTP status.",
+	mTimeToHeaders:                     "Time from a request's arrival to the engine's response headers.",
+	mTimeToFirstOutput:                 "Time from a request's arrival to the engine's first output byte (time to first token).",
+	mRequestDuration:                   "Time from a request's arrival to the end of the engine's answer.",
+	mInputTokensTotal:                  "Input (prompt) tokens of finished requests.",
+	mOutputTokensTotal:                 "Output tokens of finished requests.",
+	mStatsSourcesTotal:                 "Finished requests by where their token counts came from (usage: the engine's usage block; chunks: counted from the stream).",
+	mInputTokens:                       "Input (prompt) tokens per request.",
+	mOutputTokens:                      "Output tokens per request.",
+	mStreamConnected:                   "1 while the engine's stats stream is connected.",
+	mDiscoveryPolls:                    "Polls of the engine's model list by outcome.",
+	mDiscoveryModels:                   "Models the engine's model list names.",
+	mRetryable:                         "Answers the gateway may retry elsewhere, by reason and HTTP status.",
+	mNonRetryable:                      "Failures the gateway must not retry, by reason.",
+	mAdmissionDecisions:                "Local queue admission decisions by result.",
+	mAdmissionExpected:                 "Queue wait the gateway expected (x-expected-queue-ms) for admission-checked requests.",
+	mAdmissionActual:                   "Queue wait the pylon estimated locally for admission-checked requests.",
+	mModelOutputTPS:                    "Output tokens per second the engine produces now.",
+	mModelInputTPS:                     "Mean input (prefill) tokens per second of the engine, as published to gateways.",
+	mModelMaxOutputTPS:                 "Highest output tokens per second observed.",
+	mModelQueueSize:                    "Requests waiting in the engine's queue.",
+	mModelQueuedTokens:                 "Input tokens of the requests waiting in the engine's queue.",
+	mModelKVCapacity:                   "KV cache capacity of the engine, in tokens.",
+	mModelKVUsed:                       "KV cache tokens in use.",
+	mModelKVFree:                       "KV cache tokens free.",
+	mModelMaxConcurrency:               "Requests the engine runs at once at most.",
+	mModelAdvertised:                   "1 for each model the pylon advertises to gateways, by status.",
+	mUpstreamTimeouts:                  "Engine connections closed because the engine sent nothing for too long, by reason (first_output, stream_idle).",
+	mCanaryChecks:                      "Canary requests to the engine by result.",
+	mCanaryFailures:                    "Failed canary requests by reason.",
+	mCalibrationDuration:               "Time the startup calibration of a model took, by outcome.",
+	mEngineModelServed:                 "1 when the engine's model list names the configured model, 0 when not.",
+	mEngineMetricsMatched:              "1 when the last scrape of the engine's /metrics had figures for the model.",
+	"engine_stats_stream_events_total": "Events read from the engine's stats stream by type.",
+	"engine_stats_stream_invalid_events_total": "Events of the engine's stats stream that were rejected, by reason.",
+	"engine_stats_stream_reconnects_total":     "Reconnections of the engine's stats stream by reason.",
+	"engine_metrics_scrapes_total":             "Scrapes of the engine's /metrics by result.",
+	"engine_metrics_rate_skips_total":          "Engine /metrics scrapes whose counters gave no rate, by reason.",
+	refAdmissionExpectedMs:                     "The reference router's name of queue_admission_expected_seconds, in milliseconds.",
+	refAdmissionActualMs:                       "The reference router's name of queue_admission_actual_seconds, in milliseconds.",
+	refModelOutputTPS:                          "The reference router's name of model_output_tokens_per_second.",
+	refModelInputTPS:                           "The reference router's name of model_last_mean_input_tokens_per_second.",
+	refModelMaxOutputTPS:                       "The reference router's name of model_max_output_tokens_per_second.",
+	refCalibrationDuration:                     "The reference router's name of model_calibration_duration_seconds, in milliseconds.",
+}
+
+// zero creates the pylon-wide counters of rare events at zero, so that a dashboard or an
+// alert reads 0 (not "no data") before the first event.
+func (m *pylonMetrics) zero() {
+	for _, r := range []struct {
+		reason string
+		status int
+	}{{control.RetryQueueEstimateMismatch, 429}, {control.RetryUpstreamAdmission, 429}, {control.RetryUpstreamAdmission, 503}} {
+		m.counter(mRetryable + `{inference_server_id="` + m.id + `",reason="` + r.reason + `",status="` + strconv.Itoa(r.status) + `"}`)
+	}
+	for _, r := range []string{"upstream_nonretryable_status", "missing_upstream_retry_header"} {
+		m.counter(mNonRetryable + `{inference_server_id="` + m.id + `",reason="` + r + `"}`)
+	}
+}
+
+// page is the pylon's /metrics exposition.
+func (m *pylonMetrics) page() promtext.Page {
+	return promtext.Page{Prefix: m.prefix, Help: metricsHelp}
+}
