@@ -62,6 +62,10 @@ type Load struct {
 	QueueEstimates []PriorityEstimate
 	Capabilities   []string
 	Sources        []string
+	// MaxInputTPS is the peak mean input throughput seen for the model (0 = none): not
+	// published; the gateway keeps it per backend from the reports, as the pulsar
+	// ranking's default weight.
+	MaxInputTPS float64
 }
 
 // ValidTPS reports whether a throughput is usable: finite and positive.

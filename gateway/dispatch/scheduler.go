@@ -101,6 +101,9 @@ type backendState struct {
 	out bool
 	// lastTPS is the last valid input throughput the backend reported (0 = none).
 	lastTPS float64
+	// peakTPS is the greatest valid input throughput it reported since it registered (the
+	// pulsar ranking's default weight).
+	peakTPS float64
 }
 
 type clusterInfo struct {
@@ -320,6 +323,7 @@ func (s *Scheduler) applyView(v *BackendView) {
 	}
 	if load.ValidTPS(v.Load.InputTPS) {
 		b.lastTPS = v.Load.InputTPS
+		b.peakTPS = max(b.peakTPS, v.Load.InputTPS)
 	}
 	b.view = *v
 	b.echoes = b.echoes || v.SeqEcho > 0
@@ -571,6 +575,7 @@ func (s *Scheduler) clusterCandidate(cluster string, ids []string) (lb.Candidate
 		b := s.backends[id]
 		l := b.view.Load
 		l.InputTPS = s.inputTPS(b)
+		l.MaxInputTPS = max(b.peakTPS, l.InputTPS)
 		group = append(group, lb.Backend{ID: id, RTT: b.view.RTT, Load: l, Active: true})
 		resv = append(resv, b.reservations...)
 		if at := b.view.UpdatedAt; i == 0 || at.After(latest) {

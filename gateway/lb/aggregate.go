@@ -21,7 +21,8 @@ type Backend struct {
 // of capabilities and sources); cluster-scoped fields are copied from backends[source]
 // (latest wins: max output TPS, KV figures, running count, engine concurrency, total input,
 // the priority map); the observation time is the latest; RTT is the mean, floored to whole
-// nanoseconds. ok is false when no backend is active. If backends[source] is not active, the
+// nanoseconds. The peak input throughput (MaxInputTPS) is the greatest active backend's,
+// and 0 unless every active backend has a valid one. ok is false when no backend is active. If backends[source] is not active, the
 // first active backend is the source.
 func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, ok bool) {
 	if source < 0 || source >= len(backends) || !backends[source].Active {
@@ -42,7 +43,7 @@ func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, o
 		QueueEstimates:       src.QueueEstimates,
 	}
 	var rtt time.Duration
-	n := 0
+	n, peaks := 0, true
 	for i := range backends {
 		b := &backends[i]
 		if !b.Active {
@@ -59,9 +60,17 @@ func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, o
 		if load.ValidTPS(l.InputTPS) {
 			agg.InputTPS += l.InputTPS
 		}
+		if load.ValidTPS(l.MaxInputTPS) {
+			agg.MaxInputTPS = max(agg.MaxInputTPS, l.MaxInputTPS)
+		} else {
+			peaks = false
+		}
 		agg.ObservedAtUnixMilli = max(agg.ObservedAtUnixMilli, l.ObservedAtUnixMilli)
 		agg.Capabilities = union(agg.Capabilities, l.Capabilities)
 		agg.Sources = union(agg.Sources, l.Sources)
+	}
+	if !peaks {
+		agg.MaxInputTPS = 0 // a cluster's peak counts only when every active backend has one
 	}
 	return Candidate{ClusterID: clusterID, RTT: rtt / time.Duration(n), Load: agg, Backends: n}, true
 }

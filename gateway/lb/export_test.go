@@ -34,3 +34,18 @@ func RingPointHash(seed, routingKey, model, cluster string, virtualNode uint64) 
 	b = appendTagged(b, "cluster_id", cluster)
 	return xxh3.Hash(appendTaggedUint64(b, "virtual_node", virtualNode))
 }
+
+// PulsarRanking is the rendezvous ranking (candidate indices, best first) a pulsar or
+// pulsar-wait-and-widen balancer gives key on s; a copy.
+func PulsarRanking(b Balancer, s *Snapshot, key string) []int32 {
+	var k *ranker
+	switch b := b.(type) {
+	case *pulsar:
+		k = &b.ranker
+	case *pulsarWaitAndWiden:
+		k = &b.ranker
+	default:
+		return nil
+	}
+	return append([]int32(nil), k.rank(s, key)...)
+}

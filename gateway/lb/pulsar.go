@@ -15,10 +15,12 @@ import (
 // ranker computes and caches pulsar's weighted rendezvous ranking per affinity key, as the
 // reference router does: score = weight / −ln(u), u = (h + 1) / (2⁶⁴ + 1), with h the xxh3
 // of the tagged (seed, routing key, model, key, cluster id) and weight the cluster's valid
-// mean input TPS. Higher scores rank first, ties by cluster id; clusters without a valid
-// weight are not ranked.
+// peak input TPS (rendezvous_weight max-input-tps, the default; a cluster without a peak is
+// weighed by its mean) or its mean input TPS (last-mean-input-tps). Higher scores rank
+// first, ties by cluster id; clusters without a valid weight are not ranked.
 type ranker struct {
 	seed    string
+	byMean  bool // rendezvous_weight last-mean-input-tps
 	cache   keyCache[[]int32]
 	prefix  []byte
 	members uint64
@@ -36,8 +38,16 @@ type rankScore struct {
 	idx   int32
 }
 
-func newRanker(seed string) ranker {
-	return ranker{seed: seed, cache: newKeyCache[[]int32](defaultCacheKeys, true)}
+func newRanker(e lbconfig.Entry) ranker {
+	return ranker{seed: e.Seed, byMean: e.RendezvousWeight == lbconfig.WeightLastMeanInputTPS, cache: newKeyCache[[]int32](defaultCacheKeys, true)}
+}
+
+// weight is c's rendezvous weight.
+func (k *ranker) weight(c *Candidate) float64 {
+	if k.byMean || c.Load.MaxInputTPS == 0 {
+		return c.Load.InputTPS
+	}
+	return c.Load.MaxInputTPS
 }
 
 // refresh invalidates the cache when the candidate list, the target or a weight changed.
@@ -45,7 +55,7 @@ func (k *ranker) refresh(s *Snapshot) {
 	same := k.built && s.sameMembership(k.members, k.rk, k.model) && len(k.weights) == len(s.Candidates)
 	if same {
 		for i := range s.Candidates {
-			if w := s.Candidates[i].Load.InputTPS; w != k.weights[i] && !(math.IsNaN(w) && math.IsNaN(k.weights[i])) {
+			if w := k.weight(&s.Candidates[i]); w != k.weights[i] && !(math.IsNaN(w) && math.IsNaN(k.weights[i])) {
 				same = false
 				break
 			}
@@ -57,7 +67,7 @@ func (k *ranker) refresh(s *Snapshot) {
 	k.prefix = appendPrefix(k.prefix[:0], k.seed, s.RoutingKey, s.Model)
 	k.weights = k.weights[:0]
 	for i := range s.Candidates {
-		k.weights = append(k.weights, s.Candidates[i].Load.InputTPS)
+		k.weights = append(k.weights, k.weight(&s.Candidates[i]))
 	}
 	k.members, k.rk, k.model, k.built = s.membership, s.RoutingKey, s.Model, true
 	k.cache.reset()
@@ -73,7 +83,7 @@ func (k *ranker) rank(s *Snapshot, key string) []int32 {
 	k.scores = k.scores[:0]
 	base := appendTagged(append(k.buf[:0], k.prefix...), "cache_affinity_key", key)
 	for i := range s.Candidates {
-		w := s.Candidates[i].Load.InputTPS
+		w := k.weight(&s.Candidates[i])
 		if !load.ValidTPS(w) {
 			continue
 		}
@@ -135,7 +145,7 @@ type pulsar struct {
 }
 
 func newPulsar(e lbconfig.Entry) *pulsar {
-	return &pulsar{considerKV: e.ConsiderKVFreeTokens, ranker: newRanker(e.Seed)}
+	return &pulsar{considerKV: e.ConsiderKVFreeTokens, ranker: newRanker(e)}
 }
 
 func (b *pulsar) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
@@ -158,22 +168,37 @@ func (b *pulsar) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 }
 
 // pulsarWaitAndWiden uses the pulsar ranking as the affinity source and wait-and-widen
-// buckets (comparator "none") over disjoint bands of the ranking for fallback: [1], [2,3],
-// [4,7], [8,15], … With no queue SLO configured a feasible primary wins at once.
+// buckets (comparator "none") over it for fallback. With no queue SLO configured a
+// feasible primary wins at once. Otherwise, without an affinity hold (and no
+// band_widen_interval_ms), over disjoint bands of the ranking: [1], [2,3], [4,7], [8,15], …;
+// with one, see widen.
 type pulsarWaitAndWiden struct {
 	cfg        wawConfig
 	considerKV bool
-	rng        Rand
-	ranker     ranker
-	scratch    []scored
-	band       []int32
-	promoted   []int32
+	// widening: the affinity hold opens the ranking band by band (widen)
+	widening     bool
+	bandInterval time.Duration
+	fallbackCfg  wawConfig // cfg with fallback_max_queued as max_queued
+	open         []int32
+	rng          Rand
+	ranker       ranker
+	scratch      []scored
+	band         []int32
+	promoted     []int32
 }
 
 func newPulsarWaitAndWiden(e lbconfig.Entry, rng Rand) Balancer {
 	cfg := newWAWConfig(e)
 	cfg.comparator = load.ComparatorNone
-	return &pulsarWaitAndWiden{cfg: cfg, considerKV: e.ConsiderKVFreeTokens, rng: rng, ranker: newRanker(e.Seed)}
+	b := &pulsarWaitAndWiden{cfg: cfg, considerKV: e.ConsiderKVFreeTokens, rng: rng, ranker: newRanker(e)}
+	b.widening = e.AffinityWait > 0 || e.HasBandWiden
+	b.bandInterval = e.AffinityWait
+	if e.HasBandWiden {
+		b.bandInterval = e.BandWiden
+	}
+	b.fallbackCfg = cfg
+	b.fallbackCfg.maxQueued = e.FallbackMaxQueued
+	return b
 }
 
 func (b *pulsarWaitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) Decision {
@@ -211,6 +236,9 @@ func (b *pulsarWaitAndWiden) decide(s *Snapshot, r *Request, ranking []int32, el
 		if c := &s.Candidates[ranking[0]]; !r.IsExcluded(c.ClusterID) && (!b.considerKV || kvFeasible(&c.Load, r.InputTokens)) {
 			return Selected(int(ranking[0]), 1)
 		}
+	}
+	if b.widening {
+		return b.widen(s, r, ranking, elapsed)
 	}
 	kvSkipped := false
 	wait := Unavailable(ReasonNoCapacity)
@@ -256,4 +284,82 @@ func (b *pulsarWaitAndWiden) skippedAbove(s *Snapshot, r *Request, above []int32
 		}
 	}
 	return false
+}
+
+// widen is the decision with an affinity hold X = cache_affinity_wait_ms and band
+// interval S = band_widen_interval_ms (default X). The affinity group is the first k ranked
+// clusters (k = cache_affinity_backend_selection_count, at least 1), chosen among with the
+// group's prefill scale; before X the request waits for them. From X the open set grows
+// one band per S: ranks 1..k+2 at X, 1..k+6 at X+S, 1..k+14 at X+2S, … (S = 0 opens every
+// ranked cluster at X), chosen among at full prefill with buckets unlocking from X and
+// fallback_max_queued as the capacity rule. A full open set waits for the next band even
+// when the clusters beyond it are full too.
+func (b *pulsarWaitAndWiden) widen(s *Snapshot, r *Request, ranking []int32, elapsed time.Duration) Decision {
+	k := min(max(b.cfg.selectionCount, 1), len(ranking))
+	group, kvSkipped := b.feasible(s, r, ranking[:k], b.band[:0])
+	b.band = group
+	affine := Unavailable(ReasonNoCapacity)
+	if len(group) > 0 {
+		affine = b.cfg.evaluate(&b.scratch, b.rng, s, r, group, pricing{scale: b.cfg.scale, only: -1}, elapsed, elapsed, -1)
+		if affine.Kind == KindSelected {
+			return b.ranked(affine, ranking, kvSkipped, s, r)
+		}
+	}
+	if elapsed < b.cfg.hold {
+		return Wait(minWait(affine, b.cfg.hold-elapsed))
+	}
+	after := elapsed - b.cfg.hold
+	width, nextBand := len(ranking), time.Duration(0)
+	if b.bandInterval > 0 {
+		bands := int(min(after/b.bandInterval, 60))
+		width = k + (1 << (bands + 2)) - 2
+		if width < len(ranking) {
+			nextBand = time.Duration(bands+1)*b.bandInterval - after
+		}
+	}
+	open, kv := b.feasible(s, r, ranking[:min(width, len(ranking))], b.open[:0])
+	b.open = open
+	kvSkipped = kvSkipped || kv
+	global := Unavailable(ReasonNoCapacity)
+	if len(open) > 0 {
+		global = b.fallbackCfg.evaluate(&b.scratch, b.rng, s, r, open, fullPrice, elapsed, after, -1)
+	}
+	switch global.Kind {
+	case KindSelected:
+		return b.ranked(global, ranking, kvSkipped, s, r)
+	case KindWait:
+		if nextBand > 0 {
+			return Wait(min(global.Wait, nextBand))
+		}
+		return global
+	default:
+		if nextBand > 0 {
+			return Wait(nextBand)
+		}
+		if kvSkipped && len(open) == 0 {
+			return Unavailable(ReasonNotRanked)
+		}
+		return global
+	}
+}
+
+// feasible appends the members of ranked that may serve r (not excluded, KV-feasible when
+// considered) to out; kvSkipped says one was passed over for KV.
+func (b *pulsarWaitAndWiden) feasible(s *Snapshot, r *Request, ranked, out []int32) (_ []int32, kvSkipped bool) {
+	for _, idx := range ranked {
+		ok, kv := eligible(&s.Candidates[idx], r, b.considerKV)
+		kvSkipped = kvSkipped || kv
+		if ok {
+			out = append(out, idx)
+		}
+	}
+	return out, kvSkipped
+}
+
+// ranked gives a selection its rank depth (1-based position in the ranking) and KV flag.
+func (b *pulsarWaitAndWiden) ranked(d Decision, ranking []int32, kvSkipped bool, s *Snapshot, r *Request) Decision {
+	pos := slices.IndexFunc(ranking, func(idx int32) bool { return int(idx) == d.Index })
+	d.RankDepth = pos + 1
+	d.KVSkipped = kvSkipped && b.skippedAbove(s, r, ranking[:pos])
+	return d
 }

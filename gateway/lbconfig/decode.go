@@ -31,6 +31,12 @@ const (
 // fieldPrefillWait is prefill_wait, accepted by the algorithms that route by key.
 const fieldPrefillWait = "prefill_wait"
 
+// Fields of the pulsar ranking's weight and pulsar-wait-and-widen's widening.
+const (
+	fieldRendezvousWeight = "rendezvous_weight"
+	fieldBandWiden        = "band_widen_interval_ms"
+)
+
 // fieldTieTolerance is the near-tie band of power-of-n and wait-and-widen.
 const fieldTieTolerance = "tie_tolerance_ms"
 
@@ -59,8 +65,8 @@ var algorithmFields = [numAlgorithms][]string{
 		"prefix_affinity", "prefix_index_blocks", "prefix_index_ttl_ms"),
 	RoundRobin:         nil,
 	Random:             nil,
-	Pulsar:             {"seed", "consider_kv_free_tokens", fieldPrefillWait},
-	PulsarWaitAndWiden: append(slices.Clone(wawFields), "consider_kv_free_tokens"),
+	Pulsar:             {"seed", "consider_kv_free_tokens", fieldPrefillWait, fieldRendezvousWeight},
+	PulsarWaitAndWiden: append(slices.Clone(wawFields), "consider_kv_free_tokens", fieldRendezvousWeight, fieldBandWiden, "fallback_max_queued"),
 }
 
 // Fields returns the JSON fields a detailed entry of a accepts, sorted: the common ones
@@ -377,6 +383,14 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.CapacityWait, raw, decodeMillis)
 	case fieldTTFTCorrection:
 		return assign(&e.TTFTCorrection, raw, decodeBool)
+	case fieldRendezvousWeight:
+		return assign(&e.RendezvousWeight, raw, decodeWeight)
+	case fieldBandWiden:
+		err := assign(&e.BandWiden, raw, decodeMillis)
+		e.HasBandWiden = e.HasBandWiden || err == nil
+		return err
+	case "fallback_max_queued":
+		return assign(&e.FallbackMaxQueued, raw, decodeUint)
 	default: // not reachable: supports() admits only the fields above
 		return errors.New("unsupported field")
 	}
@@ -506,6 +520,14 @@ func decodeInt(raw json.RawMessage) (int, error) {
 func decodeAtLeastOne(raw json.RawMessage) (int, error) {
 	v, err := decodeInt(raw)
 	return max(v, 1), err
+}
+
+func decodeWeight(raw json.RawMessage) (RendezvousWeight, error) {
+	name, err := decodeString(raw)
+	if err != nil {
+		return WeightDefault, err
+	}
+	return ParseRendezvousWeight(name)
 }
 
 func decodeComparator(raw json.RawMessage) (load.Comparator, error) {

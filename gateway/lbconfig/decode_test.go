@@ -371,12 +371,16 @@ func TestParseErrors(t *testing.T) {
 			[]string{`request_algorithms key powerOf2 names the same algorithm as key power-of-n`},
 		},
 		{
-			"pulsar-wait-and-widen with X", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","cache_affinity_wait_ms":100}}}`,
-			[]string{`models["m"]: cache_affinity_wait_ms is not supported for pulsar-wait-and-widen`},
+			"wait-and-widen with pulsar widening", `{"models":{"m":{"algorithm":"wait-and-widen","band_widen_interval_ms":100,"fallback_max_queued":1}}}`,
+			[]string{`models["m"]: wait-and-widen config does not support field(s): band_widen_interval_ms, fallback_max_queued`},
 		},
 		{
-			"pulsar-wait-and-widen with scale", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","cache_affinity_input_tokens_scale":0.5}}}`,
-			[]string{`models["m"]: cache_affinity_input_tokens_scale is not supported for pulsar-wait-and-widen`},
+			"rendezvous weight on wait-and-widen", `{"models":{"m":{"algorithm":"wait-and-widen","rendezvous_weight":"max-input-tps"}}}`,
+			[]string{`models["m"]: wait-and-widen config does not support field(s): rendezvous_weight`},
+		},
+		{
+			"unknown rendezvous weight", `{"models":{"m":{"algorithm":"pulsar","rendezvous_weight":"tps"}}}`,
+			[]string{`models["m"].rendezvous_weight: rendezvous_weight must be max-input-tps or last-mean-input-tps, not "tps"`},
 		},
 		{
 			"model-level override validated", `{"models":{"m":{"algorithm":"random","request_algorithms":{"power-of-n":{"algorithm":"power-of-n","sample_count":100}}}}}`,

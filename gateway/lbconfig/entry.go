@@ -146,6 +146,22 @@ type Entry struct {
 	// (ignore_input_processing_time).
 	IgnoreInputProcessingTime bool
 
+	// BandWiden is band_widen_interval_ms (pulsar-wait-and-widen): after the affinity hold
+	// the open set of the pulsar ranking grows by one band per interval — ranks 1..k+2 at
+	// the hold, 1..k+6 one interval later, 1..k+14 after two, … (k the affinity group
+	// size); 0 opens every ranked cluster at the hold. Meaningful only when HasBandWiden;
+	// unset, it is the hold.
+	BandWiden time.Duration
+	// HasBandWiden says whether band_widen_interval_ms was set.
+	HasBandWiden bool
+	// FallbackMaxQueued is fallback_max_queued (pulsar-wait-and-widen): max_queued for the
+	// clusters opened after the hold; default 0 (overflow only to clusters with a free
+	// slot, an unknown engine concurrency counting as free).
+	FallbackMaxQueued uint64
+	// RendezvousWeight is rendezvous_weight (pulsar and pulsar-wait-and-widen): the
+	// cluster weight of the rendezvous ranking.
+	RendezvousWeight RendezvousWeight
+
 	// ConsiderKVFreeTokens skips clusters without enough free KV tokens (pulsar and
 	// pulsar-wait-and-widen only; consider_kv_free_tokens).
 	ConsiderKVFreeTokens bool
@@ -257,6 +273,12 @@ func (e Entry) problems() []error {
 	if !e.Algorithm.takesSeed() && e.Seed != "" {
 		add("seed is not supported for %s", e.Algorithm)
 	}
+	if !e.Algorithm.isPulsar() && e.RendezvousWeight != WeightDefault {
+		add("rendezvous_weight is not supported for %s", e.Algorithm)
+	}
+	if e.RendezvousWeight > WeightLastMeanInputTPS {
+		add("rendezvous_weight must be max-input-tps or last-mean-input-tps")
+	}
 	if !e.Algorithm.isPulsar() && e.ConsiderKVFreeTokens {
 		add("consider_kv_free_tokens is not supported for %s", e.Algorithm)
 	}
@@ -289,13 +311,11 @@ func (e Entry) validateWAW() []error {
 	if !(e.AffinityInputScale >= 0 && e.AffinityInputScale <= 1) { // also false for NaN
 		add("cache_affinity_input_tokens_scale must be between 0.0 and 1.0")
 	}
-	if e.Algorithm == PulsarWaitAndWiden {
-		if e.AffinityWait != 0 {
-			add("cache_affinity_wait_ms is not supported for pulsar-wait-and-widen")
-		}
-		if e.AffinityInputScale != DefaultAffinityInputScale && e.AffinityInputScale >= 0 && e.AffinityInputScale <= 1 {
-			add("cache_affinity_input_tokens_scale is not supported for pulsar-wait-and-widen")
-		}
+	if e.Algorithm != PulsarWaitAndWiden && (e.HasBandWiden || e.FallbackMaxQueued != 0) {
+		add("band_widen_interval_ms and fallback_max_queued are only supported for pulsar-wait-and-widen")
+	}
+	if e.HasBandWiden && e.BandWiden < 0 {
+		add("band_widen_interval_ms must not be negative")
 	}
 	if e.HasQueueSLO && e.QueueFloor < 0 {
 		add("max_queue_time_floor_ms must not be negative")

@@ -80,8 +80,13 @@ func TestEntryValidate(t *testing.T) {
 		{"scale +Inf", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = math.Inf(1) }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
 		{"scale -Inf", with(WaitAndWiden, func(e *Entry) { e.AffinityInputScale = math.Inf(-1) }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
 		{"pulsar-wait-and-widen comparator", with(PulsarWaitAndWiden, func(e *Entry) { e.Comparator = load.ComparatorTTFT }), []string{"comparator is not supported for pulsar-wait-and-widen"}},
-		{"pulsar-wait-and-widen X", with(PulsarWaitAndWiden, func(e *Entry) { e.AffinityWait = time.Millisecond }), []string{"cache_affinity_wait_ms is not supported for pulsar-wait-and-widen"}},
-		{"pulsar-wait-and-widen scale", with(PulsarWaitAndWiden, func(e *Entry) { e.AffinityInputScale = 0.5 }), []string{"cache_affinity_input_tokens_scale is not supported for pulsar-wait-and-widen"}},
+		{"pulsar-wait-and-widen X, scale and widening", with(PulsarWaitAndWiden, func(e *Entry) {
+			e.AffinityWait, e.AffinityInputScale, e.HasBandWiden, e.BandWiden, e.FallbackMaxQueued = time.Millisecond, 0.5, true, 0, 2
+		}), nil},
+		{"pulsar-wait-and-widen negative widening", with(PulsarWaitAndWiden, func(e *Entry) { e.HasBandWiden, e.BandWiden = true, -1 }), []string{"band_widen_interval_ms must not be negative"}},
+		{"widening on wait-and-widen", with(WaitAndWiden, func(e *Entry) { e.FallbackMaxQueued = 1 }), []string{"band_widen_interval_ms and fallback_max_queued are only supported for pulsar-wait-and-widen"}},
+		{"rendezvous weight on power-of-n", with(PowerOfN, func(e *Entry) { e.RendezvousWeight = WeightLastMeanInputTPS }), []string{"rendezvous_weight is not supported for power-of-n"}},
+		{"rendezvous weight out of range", with(Pulsar, func(e *Entry) { e.RendezvousWeight = 9 }), []string{"rendezvous_weight must be max-input-tps or last-mean-input-tps"}},
 		{"pulsar-wait-and-widen scale out of range", with(PulsarWaitAndWiden, func(e *Entry) { e.AffinityInputScale = 2 }), []string{"cache_affinity_input_tokens_scale must be between 0.0 and 1.0"}},
 		{"pulsar-wait-and-widen ignores virtual nodes", with(PulsarWaitAndWiden, func(e *Entry) { e.VirtualNodes = 0 }), nil},
 		{"pulsar-wait-and-widen kv", with(PulsarWaitAndWiden, func(e *Entry) { e.ConsiderKVFreeTokens = true }), nil},
@@ -120,7 +125,6 @@ func TestEntryValidate(t *testing.T) {
 			e.Comparator, e.AffinityWait, e.N = load.ComparatorQueueTime, time.Second, 0
 		}), []string{
 			"comparator is not supported for pulsar-wait-and-widen",
-			"cache_affinity_wait_ms is not supported for pulsar-wait-and-widen",
 			"n must be at least 1",
 		}},
 	}
