@@ -46,6 +46,8 @@ var metricsHelp = map[string]string{
 	mTTFTExceeded:      "Streamed attempts whose first byte came later than the routing estimate.",
 	mEjections:         "Backend ejections by the failure that triggered them.",
 	mEjected:           "Backends ejected right now.",
+	mExpressions:       "Requests routed by a routing expression (x-routing-method with settings), by algorithm and cache (hit, miss).",
+	mExpressionEntries: "Routing targets whose parsed routing expressions are cached.",
 }
 
 // Label values the counters are created with at zero, so that a dashboard or an alert

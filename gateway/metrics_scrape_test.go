@@ -45,6 +45,10 @@ func scrapeAfterTraffic(t *testing.T) (gatewayText, pylonText, engineText string
 			time.Sleep(20 * time.Millisecond)
 		}
 		wg.Wait()
+		expr := map[string]string{"x-routing-method": "wait-and-widen;require_cache_affinity_key;n=3", "x-cache-affinity-key": "k"}
+		if r := f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"hello"}]}`), expr); r.status != 200 {
+			t.Errorf("request with a routing expression: %d %s", r.status, r.body)
+		}
 		if r := f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"no-such-model","messages":[]}`), nil); r.status != 404 {
 			t.Errorf("unknown model: %d %s", r.status, r.body)
 		}
