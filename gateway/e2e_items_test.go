@@ -316,7 +316,7 @@ func TestLoopbackE2EPriorityQueueEstimates(t *testing.T) {
 }
 
 // With real binaries: input-work admission (max_input_work_seconds 0.5, input tps 100, 100
-// tokens queued — a held request —, 50 more → 1.5 s) → 503 input_work_limit_exceeded; an
+// tokens queued — a held request —, 50 more → 1.5 s) → 503 overloaded_error; an
 // unknown model → 404 no_eligible_candidates; the model registered but INACTIVE (its only
 // pylon draining after SIGTERM while the held request is in flight) → 503 without that
 // code; once the pylon has drained and deregistered → 404 no_eligible_candidates again.
@@ -328,7 +328,7 @@ func TestLoopbackE2EInputWorkAndRegistrationStates(t *testing.T) {
 	held := f.direct("p", heldModel, 100, false, nil)
 	f.waitState(func(b backendState) bool { return b.Models["dummy-model"].Stats.QueuedInputSize == 100 })
 	probe := map[string]string{"x-input-tokens": "50"}
-	if status, body, h := f.chat(probe); status != 503 || h["x-stargate-error-code"] != "input_work_limit_exceeded" || !strings.Contains(body, "input_work_limit_exceeded") {
+	if status, body, h := f.chat(probe); status != 503 || h["x-stargate-error-code"] != "overloaded_error" || !strings.Contains(body, "input work admission limit exceeded") {
 		t.Errorf("1.5 s of input work over 0.5 s: %d %q %s", status, h["x-stargate-error-code"], body)
 	}
 	if status, _, h := f.chat(map[string]string{"x-model": "unknown-model", "x-input-tokens": "1"}); status != 404 || h["x-stargate-error-code"] != "no_eligible_candidates" {
@@ -338,7 +338,7 @@ func TestLoopbackE2EInputWorkAndRegistrationStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Draining: the pylon re-registers its model INACTIVE and waits for the held request.
-	status, code := f.chatUntil(probe, func(_ int, code string) bool { return code != "input_work_limit_exceeded" })
+	status, code := f.chatUntil(probe, func(_ int, code string) bool { return code != "overloaded_error" })
 	if status != 503 || code == "no_eligible_candidates" {
 		t.Errorf("registered but INACTIVE: %d %q, want 503 without no_eligible_candidates", status, code)
 	}

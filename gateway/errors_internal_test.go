@@ -106,8 +106,8 @@ func TestRejectionTable(t *testing.T) {
 		{dispatch.ReasonNoEligibleBackend, 503, "no_eligible_backend"},
 		{dispatch.ReasonUnavailable, 503, "no_eligible_backend"},
 		{dispatch.ReasonCapacityUnavailable, 503, "overloaded_error"},
-		{dispatch.ReasonInputWorkLimit, 503, "input_work_limit_exceeded"},
-		{dispatch.ReasonInputWorkCapacity, 503, "input_work_limit_exceeded"},
+		{dispatch.ReasonInputWorkLimit, 503, "overloaded_error"},
+		{dispatch.ReasonInputWorkCapacity, 503, "overloaded_error"},
 		{dispatch.ReasonShuttingDown, 503, "shutting_down"},
 		{dispatch.ReasonSchedulerFailed, 503, "routing_failed"},
 	} {

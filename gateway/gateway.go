@@ -141,6 +141,10 @@ type Config struct {
 	// the connection cap and the memory large request bodies may hold (zero fields: the
 	// defaults of package httpserver).
 	ServerLimits httpserver.Limits
+	// LegacyInputWorkErrorCode answers input-work admission rejections with the error code
+	// input_work_limit_exceeded, as older gateways did, instead of overloaded_error (the
+	// code of every load-shedding 503).
+	LegacyInputWorkErrorCode bool
 	// ReloadPoll is how often the lb-config file is checked for changes (0 = default).
 	ReloadPoll time.Duration
 	Seed       uint64

@@ -40,15 +40,25 @@ func TestHermeticPowerOfNQueuedTokens(t *testing.T) {
 	})
 }
 
-// Input-work admission → 503 input_work_limit_exceeded; unknown model → 404;
-// registered-but-INACTIVE → 503 without that code; after deregistration → 404 again.
+// Input-work admission → 503 overloaded_error (input_work_limit_exceeded with
+// --legacy-input-work-error-code); unknown model → 404; registered-but-INACTIVE → 503
+// without that code; after deregistration → 404 again.
 func TestHermeticInputWorkAdmission(t *testing.T) {
+	const cfg = `{"default":"power-of-n","models":{"m":{"algorithm":"power-of-n","max_input_work_seconds":0.5}}}`
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, gateway.Config{}, `{"default":"power-of-n","models":{"m":{"algorithm":"power-of-n","max_input_work_seconds":0.5}}}`)
+		h := newHarness(t, gateway.Config{LegacyInputWorkErrorCode: true}, cfg)
 		h.register(h.pylon("p", "p", load.Load{InputTPS: 100, QueuedInputTokens: 100}, nil))
 		r := h.chat(map[string]string{"x-input-tokens": "50"})
-		if r.status != 503 || r.headers["X-Stargate-Error-Code"] != "input_work_limit_exceeded" || !strings.Contains(r.body, "input_work_limit_exceeded") {
-			t.Errorf("1.5 s of work over 0.5 s: %d %v %s", r.status, r.headers["X-Stargate-Error-Code"], r.body)
+		if r.status != 503 || r.headers["X-Stargate-Error-Code"] != "input_work_limit_exceeded" || !strings.Contains(r.body, `"code":"input_work_limit_exceeded"`) {
+			t.Errorf("legacy code, 1.5 s of work over 0.5 s: %d %v %s", r.status, r.headers["X-Stargate-Error-Code"], r.body)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, cfg)
+		h.register(h.pylon("p", "p", load.Load{InputTPS: 100, QueuedInputTokens: 100}, nil))
+		r := h.chat(map[string]string{"x-input-tokens": "50"})
+		if r.status != 503 || r.headers["X-Stargate-Error-Code"] != "overloaded_error" || !strings.Contains(r.body, `"code":"overloaded_error"`) || r.headers["Retry-After"] != "1" {
+			t.Errorf("1.5 s of work over 0.5 s: %d %v %s", r.status, r.headers, r.body)
 		}
 		if r := h.chat(map[string]string{"x-model": "unknown", "x-input-tokens": "1"}); r.status != 404 || r.headers["X-Stargate-Error-Code"] != "no_eligible_candidates" {
 			t.Errorf("unknown model: %d %v", r.status, r.headers)

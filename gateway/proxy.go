@@ -208,7 +208,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			if p.Failures > 0 {
 				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", "no_eligible_backend")
 			}
-			g.finish(ctx, ts, "", routingError(out.Reason))
+			g.finish(ctx, ts, "", g.rejectionError(out.Reason))
 			return
 		default:
 		}

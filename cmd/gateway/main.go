@@ -57,6 +57,7 @@ type cli struct {
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
 	ShutdownDelay                time.Duration `name:"shutdown-delay" help:"On SIGTERM, keep serving this long with /readyz answering 503 before closing the listener (give load balancers time to notice)." default:"0s"`
 	UpstreamHeadersTimeout       time.Duration `name:"upstream-headers-timeout" help:"Longest wait for the first bytes of a pylon's response; a stream then runs unbounded." default:"30s"`
+	LegacyInputWorkErrorCode     bool          `name:"legacy-input-work-error-code" help:"Answer input-work admission rejections (max_input_work_seconds) with the error code input_work_limit_exceeded, as older gateways did, instead of overloaded_error." default:"false"`
 	FirstByteTimeoutFactor       float64       `name:"first-byte-timeout-factor" help:"A streamed request's attempt waits for the pylon's first byte at most this many times the backend's TTFT estimate (within the floor and --upstream-headers-timeout), then is retried on another backend; 0 disables." default:"4"`
 	FirstByteTimeoutFloor        time.Duration `name:"first-byte-timeout-floor" help:"Shortest first-byte deadline of an attempt." default:"2s"`
 	OutlierConsecutiveFailures   int           `name:"outlier-consecutive-failures" help:"Failures in a row (connect failures, first-byte timeouts, a pylon whose engine is unreachable, failed health probes) that eject a backend from routing; 0 disables ejection." default:"3"`
@@ -146,7 +147,7 @@ func (c *cli) config() gateway.Config {
 		FirstByteTimeoutFactor: offIfZero(c.FirstByteTimeoutFactor), FirstByteTimeoutFloor: c.FirstByteTimeoutFloor,
 		OutlierConsecutiveFailures: retries(c.OutlierConsecutiveFailures), OutlierBaseEjection: c.OutlierBaseEjection,
 		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent,
-		ServerLimits: c.Limits.Limits(),
+		ServerLimits: c.Limits.Limits(), LegacyInputWorkErrorCode: c.LegacyInputWorkErrorCode,
 	}
 }
 
