@@ -1,6 +1,9 @@
 package chartcheck
 
 import (
+	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,6 +13,9 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 )
 
 // helm lint, for the defaults and each values file: no warning, no error.
@@ -35,12 +41,12 @@ func TestRenderedObjects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		valuesCase
-		secrets, pdbs, hpas, networkPolicies, serviceMonitors int
-		gatewayReplicas                                       int32 // 0: left to the HPA
+		secrets, pdbs, hpas, networkPolicies, serviceMonitors, prometheusRules int
+		gatewayReplicas                                                        int32 // 0: left to the HPA
 	}{
 		{valuesCase: valuesCases[0], secrets: 1, pdbs: 2, networkPolicies: 2, gatewayReplicas: 2},
 		{valuesCase: valuesCases[1], pdbs: 2, networkPolicies: 2, gatewayReplicas: 2},
-		{valuesCase: valuesCases[2], pdbs: 2, hpas: 1, networkPolicies: 2, serviceMonitors: 2},
+		{valuesCase: valuesCases[2], pdbs: 2, hpas: 1, networkPolicies: 2, serviceMonitors: 2, prometheusRules: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -58,6 +64,7 @@ func TestRenderedObjects(t *testing.T) {
 				{"HorizontalPodAutoscaler", len(o.hpas), tc.hpas},
 				{"NetworkPolicy", len(o.networkPolicies), tc.networkPolicies},
 				{"ServiceMonitor", len(o.serviceMonitors), tc.serviceMonitors},
+				{"PrometheusRule", len(o.prometheusRules), tc.prometheusRules},
 			} {
 				if c.got != c.want {
 					t.Errorf("%d %s objects, want %d", c.got, c.kind, c.want)
@@ -246,5 +253,34 @@ func TestValuesRejected(t *testing.T) {
 				t.Errorf("render with %s: %v, want an error naming %q", tc.values, err, tc.want)
 			}
 		})
+	}
+}
+
+// The production values' PrometheusRule carries exactly the rules of
+// deploy/prometheus/alerts.yaml (the file promtool checks and unit-tests), with the labels
+// Prometheus selects rules by.
+func TestPrometheusRuleIsTheAlertsFile(t *testing.T) {
+	t.Parallel()
+	o := render(t, valuesCases[2])
+	if len(o.prometheusRules) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1", len(o.prometheusRules))
+	}
+	r := o.prometheusRules[0]
+	if r.Labels["release"] != "prometheus" {
+		t.Errorf("PrometheusRule labels %v, want release=prometheus from the values", r.Labels)
+	}
+	data, err := os.ReadFile(filepath.Join(chartDir, "..", "..", "prometheus", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want monitoringv1.PrometheusRuleSpec
+	if err := yaml.UnmarshalStrict(data, &want); err != nil {
+		t.Fatalf("deploy/prometheus/alerts.yaml: %v", err)
+	}
+	if len(want.Groups) == 0 || len(want.Groups[0].Rules) < 6 {
+		t.Fatalf("deploy/prometheus/alerts.yaml has %d groups", len(want.Groups))
+	}
+	if !reflect.DeepEqual(r.Spec, want) {
+		t.Errorf("the PrometheusRule's spec differs from deploy/prometheus/alerts.yaml:\n got %+v\nwant %+v", r.Spec, want)
 	}
 }

@@ -109,6 +109,7 @@ type objects struct {
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	networkPolicies []*networkingv1.NetworkPolicy
 	serviceMonitors []*monitoringv1.ServiceMonitor
+	prometheusRules []*monitoringv1.PrometheusRule
 }
 
 // render renders and decodes one values case, failing the test on any error.
@@ -168,6 +169,10 @@ func decode(manifests []releaseutil.Manifest) (*objects, error) {
 			s := &monitoringv1.ServiceMonitor{}
 			o.serviceMonitors = append(o.serviceMonitors, s)
 			into = s
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			r := &monitoringv1.PrometheusRule{}
+			o.prometheusRules = append(o.prometheusRules, r)
+			into = r
 		default:
 			return nil, fmt.Errorf("%s: unexpected kind %s %s", m.Name, m.Head.Version, m.Head.Kind)
 		}
