@@ -75,12 +75,12 @@ func (p Page) rewrite(out *bytes.Buffer, text []byte) {
 		}
 		switch {
 		case bytes.HasPrefix(line, []byte("# HELP ")):
-			family := string(bytes.Fields(line[len("# HELP "):])[0])
-			if bytes.IndexByte(line[len("# HELP "):], ' ') >= 0 {
-				out.Write(line) // a help text is there already
+			rest := bytes.TrimSpace(line[len("# HELP "):])
+			if len(rest) == 0 || bytes.IndexByte(rest, ' ') >= 0 {
+				out.Write(line) // a help text is there already (or no family to describe)
 				break
 			}
-			family = renamed(family)
+			family := renamed(string(rest))
 			out.WriteString("# HELP ")
 			out.WriteString(family)
 			if h := p.HelpOf(family); h != "" {
