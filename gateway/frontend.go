@@ -54,7 +54,7 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	exempt := path == "/metrics" && g.cfg.MetricsNoAuth
-	if !exempt && !g.token.Check(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
+	if !exempt && !g.adminAuthorized(path, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
 		g.metrics.inc(mAdminUnauthorized)
 		if strings.HasPrefix(path, control.RegistrationPath) {
 			g.metrics.inc(mRegistrations, "result", "unauthorized")

@@ -77,6 +77,11 @@ type Config struct {
 	ControlToken          string
 	ControlTokenFile      string
 	InsecureNoControlAuth bool
+	// WorkerCredentialsFile holds per-pylon registration credentials, "<inference-server-id>
+	// <token>" per line ("*": any pylon), re-read on change: a registration (PUT or DELETE
+	// of control.RegistrationPath + id) is accepted with a token listed for its id, or with
+	// the control token. Other admin paths still need the control token.
+	WorkerCredentialsFile string
 	// MetricsNoAuth serves the admin /metrics without the token; PublicMetrics also serves
 	// /metrics on the public listener.
 	MetricsNoAuth bool
@@ -313,6 +318,7 @@ type Gateway struct {
 	server               *fasthttp.Server // public listener
 	admin                *fasthttp.Server // admin listener
 	token                *secret.Token
+	workers              *secret.Workers
 	serverTLS            *tls.Config // both listeners; nil = plain
 	adminTLS             *tls.Config // serverTLS plus the client-certificate check, if any
 	upstreamTLS          *tls.Config
@@ -409,6 +415,9 @@ func (g *Gateway) setUpSecurity() error {
 		return err
 	}
 	g.token = tok
+	if g.workers, err = secret.NewWorkers(cfg.WorkerCredentialsFile, g.log); err != nil {
+		return err //nolint:wrapcheck // names the flag and the file
+	}
 	if !tok.Configured() {
 		if IsLoopback(cfg.AdminListenAddr) {
 			g.log.Info("admin_listener_without_token", "addr", cfg.AdminListenAddr, "detail", "development mode: any local process can register backends")

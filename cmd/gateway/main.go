@@ -52,6 +52,7 @@ type cli struct {
 	HealthProbeInterval          time.Duration `name:"health-probe-interval" help:"RTT probe period per backend (GET /health through the data pool)." default:"1s"`
 	Heartbeat                    time.Duration `name:"heartbeat" help:"Heartbeat expected from pylons that do not say theirs; a backend expires after 3 missed heartbeats." default:"1s"`
 	MinBackendExpiry             time.Duration `name:"min-backend-expiry" help:"A backend expires after 3 missed heartbeats, but never sooner than this." default:"3s"`
+	WorkerCredentialsFile        string        `name:"worker-credentials-file" help:"Per-pylon registration credentials, one '<inference-server-id> <token>' per line ('*' = any pylon), re-read when it changes: a pylon may register with a token listed for its id instead of the control token." default:"" type:"path"`
 	ControlToken                 string        `name:"control-token" help:"Bearer token every admin request must present (prefer --control-token-file or the SWITCHYARD_GATEWAY_CONTROL_TOKEN variable: a flag shows in the process list). Empty = no auth, allowed only on a loopback admin address." default:""`
 	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
@@ -137,7 +138,7 @@ func (c *cli) config() gateway.Config {
 		Heartbeat:           c.Heartbeat,
 		MinExpiry:           max(c.MinBackendExpiry, time.Millisecond),
 		AdminListenAddr:     c.AdminListenAddr, ControlToken: c.ControlToken, ControlTokenFile: c.ControlTokenFile,
-		InsecureNoControlAuth: c.InsecureNoControlAuth, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
+		InsecureNoControlAuth: c.InsecureNoControlAuth, WorkerCredentialsFile: c.WorkerCredentialsFile, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
 		MaxAdminBodyBytes: c.MaxAdminBodyBytes, MaxModelsPerBackend: c.MaxModelsPerBackend, TargetCollectGrace: c.TargetCollectGrace,
 		TLS:               tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		AdminClientCAFile: c.AdminTLSClientCAFile,
