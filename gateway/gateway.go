@@ -63,8 +63,13 @@ const (
 	DefaultOutlierMaxEjectionPercent  = fleet.DefaultMaxEjectionPercent
 )
 
-// Config is the gateway's configuration. Zero fields take the defaults above; negative
-// retry counts mean "no retries" only when set through NoRetries.
+// NoRetries is the Config.MaxConnectRetries or MaxRequestRetries that turns those retries
+// off. The two counts have one encoding: 0 means the default, a negative value
+// (NoRetries) none, any other value that many.
+const NoRetries = -1
+
+// Config is the gateway's configuration. Zero fields take the defaults above (a zero
+// retry count too: see NoRetries).
 type Config struct {
 	// ListenAddr is the public listener: the OpenAI API, /healthz and /readyz only.
 	ListenAddr string
@@ -102,8 +107,11 @@ type Config struct {
 	// certificate to them when one is set).
 	UpstreamTLS tlsx.ClientOptions
 	// GatewayID names this replica to pylons (dispatch sequences); default random.
-	GatewayID              string
-	LBConfigPath           string
+	GatewayID    string
+	LBConfigPath string
+	// MaxConnectRetries bounds a request's retries after transport failures (and pylons
+	// that cannot reach their engine), MaxRequestRetries those after retryable 429/503
+	// answers: 0 means the default (2), NoRetries none. The policy: package retry.
 	MaxConnectRetries      int
 	MaxRequestRetries      int
 	MaxReplayBodyBytes     int
@@ -218,12 +226,6 @@ func (c *Config) withDefaults() Config {
 // Validate returns one precise message per bad field.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.MaxConnectRetries < -1 {
-		errs = append(errs, fmt.Errorf("proxy-max-connect-retries %d must be >= 0", c.MaxConnectRetries))
-	}
-	if c.MaxRequestRetries < -1 {
-		errs = append(errs, fmt.Errorf("proxy-max-request-retries %d must be >= 0", c.MaxRequestRetries))
-	}
 	if c.MaxReplayBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("proxy-max-replay-body-bytes %d must be > 0", c.MaxReplayBodyBytes))
 	}

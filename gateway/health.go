@@ -8,9 +8,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/gateway/retry"
 )
 
 // Passive health and the first-byte deadline on the proxy's side: each attempt waits for
@@ -26,10 +26,11 @@ const (
 	mEjected = "backends_ejected"
 )
 
-// Retry reasons (proxy_retries_total) of the failures handled like a failed backend.
+// Retry reasons (proxy_retries_total) of the failures handled like a failed backend (the
+// retry policy, package retry, names them).
 const (
-	retryFirstByteTimeout  = "first_byte_timeout"
-	retryEngineUnreachable = "engine_unreachable"
+	retryFirstByteTimeout  = retry.ReasonFirstByteTimeout
+	retryEngineUnreachable = retry.ReasonEngineUnreachable
 )
 
 // setUpHealth registers the passive health metrics and returns the fleet's policy and
@@ -102,10 +103,6 @@ func transportFailure(err error, waited, deadline, headersTimeout time.Duration)
 	}
 	return fleet.FailFirstByteTimeout, fmt.Errorf("%w (waited %v): %w", errHeadersTimeout, waited.Round(time.Millisecond), err)
 }
-
-// engineUnreachable reports whether a retryable pylon answer says the pylon could not
-// reach its engine: the backend is as good as down.
-func engineUnreachable(reason string) bool { return reason == control.RetryLocalConnectFailure }
 
 // pylonFailed reports whether a response is the pylon's own failure answer (a 5xx
 // problem+json): neither the engine's answer nor proof that the backend works.

@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/gateway/retry"
 )
 
 // hopByHop headers are never forwarded in either direction.
@@ -120,16 +121,14 @@ const cancelPoll = 50 * time.Millisecond
 // handler forever.
 const routeGrace = 5 * time.Second
 
-// attemptState is the retry bookkeeping of one request: the connect and request retries
-// used so far and the last retry reason (the retry policy is in docs/gateway.md).
+// attemptState is the bookkeeping of one request's attempts.
 type attemptState struct {
 	// after holds work deferred until the answer is written; deferred says the connection
 	// runs it (otherwise the handler does before returning).
-	after          *afterResponse
-	deferred       bool
-	connectRetries int
-	requestRetries int
-	lastReason     string
+	after    *afterResponse
+	deferred bool
+	// retry is the request's state for the retry policy (package retry).
+	retry retry.State
 }
 
 // handleInference routes and proxies one OpenAI request.
@@ -192,6 +191,9 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		p.Req.Prefix = lb.AppendPrefixHashes(p.Req.Prefix[:0], r.target.Model, promptContent(body))
 	}
 	st := attemptState{after: afterFor(ctx)}
+	if rt.hasBudget {
+		st.retry.Deadline = arrival.Add(rt.budget)
+	}
 	if st.deferred = st.after != nil; !st.deferred {
 		st.after = new(afterResponse)
 		defer st.after.run(g)
@@ -205,20 +207,20 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			ctx.SetConnectionClose()
 			return
 		case dispatch.OutcomeRejected:
-			if p.Failures > 0 {
-				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", "no_eligible_backend")
+			if d := g.decide(p, &st, retry.Outcome{Kind: retry.Rejected}); d.Exhausted {
+				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", d.Reason)
 			}
 			g.finish(ctx, ts, "", g.rejectionError(out.Reason))
 			return
 		default:
 		}
 		st.after.setSelection(p.Entry.Algorithm.String(), &out)
-		retry, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
+		again, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
 		if final != nil {
 			g.finish(ctx, ts, out.BackendID, final)
 			return
 		}
-		if !retry {
+		if !again {
 			st.after.setRequest(out.BackendID, ctx.Response.StatusCode())
 			return
 		}
@@ -269,23 +271,53 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, ts *targetSeries, backend str
 	ts.request(backend, ctx.Response.StatusCode())
 }
 
-// budgetLeft reports whether the retry budget (x-stargate-max-wait-ms from arrival) allows
-// another attempt.
-func (g *Gateway) budgetLeft(p *dispatch.Pending, rt *routing) bool {
-	return !rt.hasBudget || g.deps.Now().Before(p.Arrival.Add(rt.budget))
+// retryPolicy is the configured retry policy (a negative count in Config: none).
+func (g *Gateway) retryPolicy() retry.Policy {
+	return retry.Policy{
+		MaxConnectRetries: max(g.cfg.MaxConnectRetries, 0),
+		MaxRequestRetries: max(g.cfg.MaxRequestRetries, 0),
+		RequireSignal:     g.cfg.RequirePylonRetrySig,
+	}
 }
 
-// attempt performs one upstream call on a granted backend. It returns retry = true when
+// decide asks the retry policy what to do after outcome o of p's attempt, and keeps the
+// request's retry state.
+func (g *Gateway) decide(p *dispatch.Pending, st *attemptState, o retry.Outcome) retry.Decision {
+	st.retry.Failures = p.Failures
+	d := g.retryPolicy().Decide(st.retry, o)
+	st.retry = d.Next
+	return d
+}
+
+// follow applies decision d to the request p after the attempt granted out: the
+// reservation released, the backend failed, the next attempt's preferred or excluded
+// cluster.
+func (g *Gateway) follow(pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, d *retry.Decision) {
+	if d.Release {
+		g.release(pid, out)
+	}
+	if d.Failed {
+		p.Failures = d.Next.Failures
+		p.FailedBackends = append(p.FailedBackends, out.BackendID)
+	}
+	if d.PreferCluster {
+		p.PreferCluster = out.ClusterID
+	}
+	if d.ExcludeCluster {
+		p.Req.Excluded = append(p.Req.Excluded, out.ClusterID)
+	}
+}
+
+// attempt performs one upstream call on a granted backend. It returns again = true when
 // the request should be routed again, or a final error to answer; otherwise the upstream
 // response is in ctx.Response (streamed after the handler returns).
-func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, ts *targetSeries) (retry bool, final error) {
+func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, ts *targetSeries) (again bool, final error) {
 	t := ts.t
 	b := g.fleet.Get(out.BackendID)
 	if b == nil {
-		g.release(pid, out)
-		p.FailedBackends = append(p.FailedBackends, out.BackendID)
-		p.Failures++
-		return true, nil
+		d := g.decide(p, st, retry.Outcome{Kind: retry.BackendGone})
+		g.follow(pid, p, out, &d)
+		return d.Retry, nil
 	}
 	h := &ctx.Request.Header
 	var num [64]byte
@@ -312,33 +344,28 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	if err != nil {
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
-		g.release(pid, out)
 		ctx.Response.Reset()
-		p.Failures++
-		p.FailedBackends = append(p.FailedBackends, b.ID)
+		now := g.deps.Now()
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-			// The backend answered; another attempt would only repeat the work.
+			d := g.decide(p, st, retry.Outcome{Kind: retry.BodyTooLarge, At: now})
+			g.follow(pid, p, out, &d)
 			return false, fmt.Errorf("%w: backend %s: the response body exceeds %d bytes; ask for \"stream\": true", ErrUpstreamError, b.ID, maxBufferedResponse)
 		}
 		var why fleet.Failure
-		why, err = transportFailure(err, g.deps.Now().Sub(start), deadline, g.cfg.HeadersTimeout)
+		why, err = transportFailure(err, now.Sub(start), deadline, g.cfg.HeadersTimeout)
+		kind := retry.TransportFailure
+		if why == fleet.FailFirstByteTimeout {
+			kind = retry.FirstByteTimeout
+		}
+		d := g.decide(p, st, retry.Outcome{Kind: kind, At: now})
+		g.follow(pid, p, out, &d)
 		g.fleet.ReportFailure(b, why)
-		if st.connectRetries < g.cfg.MaxConnectRetries && g.budgetLeft(p, rt) {
-			st.connectRetries++
-			p.PreferCluster = out.ClusterID
-			reason := "connect_failover"
-			if why == fleet.FailFirstByteTimeout {
-				reason = retryFirstByteTimeout
-			}
-			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+		if d.Retry {
+			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
 			g.log.Debug("upstream transport error; failing over", "backend", b.ID, "err", err)
 			return true, nil
 		}
-		reason := "connect_retries_exhausted"
-		if !g.budgetLeft(p, rt) {
-			reason = "retry_budget_exhausted"
-		}
-		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason)
+		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
 		return false, fmt.Errorf("%w: backend %s: %w", ErrUpstreamError, b.ID, err)
 	}
 	status := ctx.Response.StatusCode()
@@ -347,58 +374,31 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	rs.scan(&ctx.Response.Header)
 	ar := st.after
 	ar.setAttempt(ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
-	if reason, ok := g.retryable(&ctx.Response, status); ok {
+	d := g.decide(p, st, retry.Outcome{
+		Kind: retry.Response, At: end, Status: status,
+		Retryable: ctx.Response.Header.Peek(control.HeaderRetryable), RetryReason: ctx.Response.Header.Peek(control.HeaderRetryReason),
+	})
+	if d.Retryable {
 		// A pylon that cannot reach its engine: handled like a backend that cannot be
 		// reached (its connect retries, a sibling of its cluster first).
-		down := engineUnreachable(reason)
-		if down {
+		if d.BackendDown {
 			g.fleet.ReportFailure(b, fleet.FailEngineUnreachable)
 		} else {
 			g.fleet.ReportSuccess(b)
 		}
-		exhausted := ""
-		switch {
-		case !g.budgetLeft(p, rt):
-			exhausted = "retry_budget_exhausted"
-		case down && st.connectRetries >= g.cfg.MaxConnectRetries:
-			exhausted = "connect_retries_exhausted"
-		case !down && st.requestRetries >= g.cfg.MaxRequestRetries:
-			exhausted = reason
-		default:
-		}
-		if exhausted != "" {
+		if !d.Retry {
 			ar.overhead = max(start.Sub(p.Arrival), 0) // this attempt's answer is final
 		}
 		// The load report reaches the scheduler before this request is routed again.
 		ar.runAttempt(g)
-		mismatch := reason == control.RetryQueueEstimateMismatch
-		if mismatch || down {
-			g.release(pid, out)
-		}
-		st.lastReason = reason
-		if exhausted == "" {
-			if down {
-				st.connectRetries++
-			} else {
-				st.requestRetries++
-			}
-			p.Failures++
-			p.FailedBackends = append(p.FailedBackends, b.ID)
-			if mismatch || down {
-				p.PreferCluster = out.ClusterID
-			} else {
-				p.Req.Excluded = append(p.Req.Excluded, out.ClusterID)
-			}
-			counted := reason
-			if down {
-				counted = retryEngineUnreachable
-			}
-			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", counted)
+		g.follow(pid, p, out, &d)
+		if d.Retry {
+			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
 			_ = ctx.Response.CloseBodyStream()
 			ctx.Response.Reset()
 			return true, nil
 		}
-		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", exhausted)
+		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
 	} else {
 		if !pylonFailed(&ctx.Response, status) {
 			g.fleet.ReportSuccess(b)
@@ -442,26 +442,6 @@ func parseLoadReport(v []byte, model string) (control.LoadReport, error) {
 		r.Model = strings.Clone(r.Model)
 	}
 	return r, nil
-}
-
-// retryable classifies an upstream response: a 429 or 503 is retryable when it carries
-// x-stargate-retryable: true (or no such header and RequirePylonRetrySig is off); the reason
-// is x-stargate-retry-reason, else retryable_upstream_response.
-func (g *Gateway) retryable(resp *fasthttp.Response, status int) (string, bool) {
-	if status != fasthttp.StatusTooManyRequests && status != fasthttp.StatusServiceUnavailable {
-		return "", false
-	}
-	sig := resp.Header.Peek(control.HeaderRetryable)
-	switch {
-	case strings.EqualFold(string(sig), "true"):
-	case sig == nil && !g.cfg.RequirePylonRetrySig:
-	default:
-		return "", false
-	}
-	if r := resp.Header.Peek(control.HeaderRetryReason); len(r) > 0 {
-		return string(r), true
-	}
-	return control.RetryDefaultRetryableResponse, true
 }
 
 // release drops the reservation of a dispatch that never started on its backend.

@@ -113,9 +113,10 @@ func (c *cli) Validate(kctx *kong.Context) error {
 	return errors.Join(errs...)
 }
 
+// retries maps a retry-count flag (0: none) to Config's encoding (0: the default).
 func retries(n int) int {
 	if n == 0 {
-		return -1 // Config: zero means the default, -1 means none
+		return gateway.NoRetries
 	}
 	return n
 }
