@@ -76,6 +76,10 @@ type Config struct {
 	InitialInputTPS      float64 // bootstrap input tps (0 = none)
 	PinInputTPS          bool    // keep InitialInputTPS fixed (benchmarks)
 	DoCalibration        bool    // calibrate input tps before registering
+	// WaitForUpstream makes the pylon wait, before calibrating and registering, until the
+	// engine answers GET /v1/models, at most this long (then Run fails); 0 registers at
+	// once.
+	WaitForUpstream time.Duration
 
 	CalibrationRequests       int           // first step's request count, doubles per step (5)
 	CalibrationPromptUnits    int           // prompt size cap in tokens; the ramp starts at 256 (4096)

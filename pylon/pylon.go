@@ -299,7 +299,10 @@ func (p *Pylon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	p.startEngineLoops(loops, &wg)
 	var calErr error
-	if p.cfg.DoCalibration {
+	if p.cfg.WaitForUpstream > 0 {
+		calErr = p.waitForUpstream(ctx)
+	}
+	if calErr == nil && p.cfg.DoCalibration {
 		calErr = p.calibrate(ctx)
 	}
 	if calErr == nil && ctx.Err() == nil {

@@ -44,6 +44,7 @@ type cli struct {
 	MaxEngineConcurrency         uint64        `name:"max-engine-concurrency" default:"0" help:"Fallback engine concurrency limit per model (0 = none); engine pings take precedence."`
 	InitialInputTPS              float64       `name:"initial-input-tps" default:"0" help:"Bootstrap input tokens/s for every model (0 = none)."`
 	BenchmarkPinInputTPS         bool          `name:"benchmark-pin-input-tps" hidden:"" help:"Keep --initial-input-tps fixed."`
+	WaitForUpstream              time.Duration `name:"wait-for-upstream" default:"0s" help:"Before calibrating and registering, wait until the engine answers GET /v1/models, at most this long (then exit 1); 0 registers at once."`
 	DoCalibration                bool          `name:"do-calibration" help:"Calibrate input tokens/s with synthetic requests before registering (only for a cluster's sole pylon; excludes --initial-input-tps)."`
 	CalibrationRequests          int           `name:"calibration-requests" default:"5" help:"Calibration: request count of the first step (doubles per step)."`
 	CalibrationPromptUnit        int           `name:"calibration-prompt-units" default:"4096" help:"Calibration: largest prompt size in tokens (the ramp starts at 256 and doubles)."`
@@ -108,6 +109,7 @@ func (c *cli) config() pylon.Config {
 	cfg.ListenAddr, cfg.UpstreamBaseURL, cfg.ModelNames, cfg.Gateways = c.HTTPListenAddr, c.UpstreamHTTPBaseURL, c.ModelName, c.Gateway
 	cfg.AdvertiseURL, cfg.ID, cfg.ClusterID = c.AdvertiseURL, c.InferenceServerID, c.ClusterID
 	cfg.MaxEngineConcurrency, cfg.InitialInputTPS, cfg.PinInputTPS, cfg.DoCalibration = c.MaxEngineConcurrency, c.InitialInputTPS, c.BenchmarkPinInputTPS, c.DoCalibration
+	cfg.WaitForUpstream = c.WaitForUpstream
 	cfg.CalibrationRequests, cfg.CalibrationPromptUnits, cfg.CalibrationMaxConcurrency = c.CalibrationRequests, c.CalibrationPromptUnit, c.CalibrationMaxConc
 	cfg.CalibrationTimeout = c.CalibrationTimeout
 	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
