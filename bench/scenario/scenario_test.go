@@ -45,7 +45,7 @@ func parse(t *testing.T, doc string) *scenario.Scenario {
 // and give manifests of their request_count.
 func TestReferenceScenariosLoad(t *testing.T) {
 	t.Parallel()
-	names := slices.DeleteFunc(scenarios.Names(), func(n string) bool { return n == "demo" })
+	names := slices.DeleteFunc(scenarios.Names(), func(n string) bool { return n == "demo" || n == "coding-sessions" })
 	if len(names) != 17 {
 		t.Errorf("found %d reference scenarios, want 17", len(names))
 	}
@@ -68,8 +68,8 @@ func TestReferenceScenariosLoad(t *testing.T) {
 func TestBundledScenariosLoad(t *testing.T) {
 	t.Parallel()
 	names := scenarios.Names()
-	if len(names) != 18 {
-		t.Errorf("bundled %d scenarios, want 17 reference + demo", len(names))
+	if len(names) != 19 {
+		t.Errorf("bundled %d scenarios, want 17 reference + demo + coding-sessions", len(names))
 	}
 	for _, n := range names {
 		data, err := scenarios.Read(n)

@@ -46,6 +46,7 @@ func full(c lb.Candidate) lb.Candidate {
 
 func snap(cs ...lb.Candidate) *lb.Snapshot { return lb.NewSnapshot("", "model-a", cs) }
 
+// waw is the default wait-and-widen entry with mod applied.
 //
 // The decision tests were written for exact comparisons: they pin a 1 ms tie band, so a
 // candidate a few milliseconds faster still wins; the default bucket-wide band has its

@@ -115,12 +115,16 @@ func TestPrefixAffinityHoldsForTheCachedCluster(t *testing.T) {
 	if d := b.Decide(bFull, r, 50*time.Millisecond); d.Kind != lb.KindWait || d.Wait > 150*time.Millisecond {
 		t.Fatalf("inside the hold: %v, want a wait of at most 150 ms for b", d)
 	}
-	// After the hold the global phase still prices b's cache: a (≈ 1.2 s of prefill)
-	// unlocks a quarter of the gap after the hold, about 250 ms.
+	// After the hold the global phase still prices b's cache: a (≈ 1.2 s of prefill, most
+	// of a second more than b) unlocks when the time since the hold reaches that gap, not a
+	// quarter of it: waiting for b until then is never slower than prefilling on a.
 	if d := b.Decide(bFull, r, 300*time.Millisecond); d.Kind != lb.KindWait {
 		t.Fatalf("just after the hold: %v, want a wait for a's bucket", d)
 	}
-	if got := chosen(t, bFull, b.Decide(bFull, r, 600*time.Millisecond)); got != "a" {
+	if d := b.Decide(bFull, r, 700*time.Millisecond); d.Kind != lb.KindWait {
+		t.Fatalf("500 ms after the hold: %v, want still a wait for a's bucket", d)
+	}
+	if got := chosen(t, bFull, b.Decide(bFull, r, 1300*time.Millisecond)); got != "a" {
 		t.Fatalf("once a's bucket unlocked the request went to %s, want a", got)
 	}
 	// Both now hold the first blocks; a holds one block more, worth more than its 20 ms

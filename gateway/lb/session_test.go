@@ -60,6 +60,44 @@ func TestSessionSticksInsideTheGroup(t *testing.T) {
 	}
 }
 
+// After the hold, a session whose cluster is full waits for it as long as moving would
+// cost more: the cluster keeps its prefill discount in the global phase, and another
+// cluster's bucket unlocks only when the time since X reaches the prefill it would redo
+// (not next_bucket_unlock_factor × that, as for buckets of equivalent clusters); a session
+// the memory does not know moves as soon as X is up, as in the reference.
+func TestSessionWaitsForItsCacheAfterTheHold(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	e := waw(func(e *lbconfig.Entry) {
+		e.SelectionCount, e.AffinityWait, e.SessionTTL, e.SessionTableSize = 1, 200*time.Millisecond, time.Minute, 16
+		e.AffinityInputScale = 0.1
+	})
+	free := snap(idle("a", 1), idle("b", 1))
+	key := keyWithGroup(t, e, free, 0)
+	// 2M tokens: 2 s of prefill at 1M tokens/s, 200 ms discounted.
+	req := func(now time.Time) *lb.Request {
+		return &lb.Request{AffinityKey: key, InputTokens: 2_000_000, At: now}
+	}
+	b := newBalancer(t, e, seeded())
+	expect(t, "first turn", b.Decide(free, req(at), 0), lb.Selected(0, 1))
+	fullA := snap(full(idle("a", 1)), idle("b", 1))
+	// b costs 1.8 s more than a: its bucket unlocks 1.8 s after X, at 2 s.
+	d := b.Decide(fullA, req(at.Add(time.Second)), 300*time.Millisecond)
+	if d.Kind != lb.KindWait || d.Wait < 1650*time.Millisecond || d.Wait > 1750*time.Millisecond {
+		t.Errorf("100 ms after X: %v, want a wait of about 1.7 s for the session's cluster", d)
+	}
+	if d := b.Decide(fullA, req(at.Add(time.Second)), 1500*time.Millisecond); d.Kind != lb.KindWait {
+		t.Errorf("1.3 s after X: %v, want still a wait", d)
+	}
+	if d := b.Decide(fullA, req(at.Add(time.Second)), 2100*time.Millisecond); d.Kind != lb.KindSelected || d.Index != 1 {
+		t.Errorf("1.9 s after X: %v, want b", d)
+	}
+	unknown := newBalancer(t, e, seeded())
+	if d := unknown.Decide(fullA, req(at), 300*time.Millisecond); d.Kind != lb.KindSelected || d.Index != 1 {
+		t.Errorf("an unknown session 100 ms after X: %v, want b", d)
+	}
+}
+
 // A new session goes to the member of its affinity group whose KV cache has room for it:
 // once the faster member holds as many sessions as fit, new ones go to the other member
 // even though it is slower; known sessions still return to where they are.

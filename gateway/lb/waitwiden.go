@@ -108,6 +108,12 @@ type pricing struct {
 	scale float64
 	only  int32
 	per   []float64
+	// patient, on a global phase's pricing, makes its buckets unlock at the pace of their
+	// extra cost: a bucket that costs d more opens d after the hold (not
+	// next_bucket_unlock_factor × d). For a session whose cluster holds its cache: waiting
+	// for that cluster up to what moving would add is never slower than moving, and moving
+	// also leaves the session's cache behind.
+	patient bool
 }
 
 // fullPrice prices every candidate's prefill in full.
@@ -163,7 +169,17 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 			group = b.placeNew(s, r, group)
 		}
 	}
-	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, pricing{scale: b.cfg.scale, only: last}, fullPrice, last)
+	// A known session: only the cluster that holds it gets the discount, in the affinity
+	// phase and after the hold; after the hold the others' buckets unlock at the pace of
+	// what they would cost more (patient pricing), so a session whose cluster is full waits
+	// for its cache as long as moving would add at least as much (the prefill it would
+	// redo). Inside the hold the group's other member opens at the usual pace: it may hold
+	// an older part of the session, and spreading a group's load is what the group is for.
+	affine, global := pricing{scale: b.cfg.scale, only: last}, fullPrice
+	if last >= 0 {
+		global = pricing{scale: b.cfg.scale, only: last, patient: true}
+	}
+	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, affine, global, last)
 	if remember && d.Kind == KindSelected {
 		cand := &s.Candidates[d.Index]
 		b.sessions.put(r.AffinityKey, cand.ClusterID, r.At)
@@ -206,7 +222,9 @@ func (b *waitAndWiden) byPrefix(s *Snapshot, r *Request, elapsed time.Duration) 
 	var d Decision
 	if best >= 0 && 1-scales[best] >= minCachedShare {
 		b.groupBuf = append(b.groupBuf[:0], best)
-		d = b.cfg.withHold(&b.scratch, b.rng, s, r, b.groupBuf, elapsed, b.cfg.hold, price, price, best)
+		global := price
+		global.patient = true
+		d = b.cfg.withHold(&b.scratch, b.rng, s, r, b.groupBuf, elapsed, b.cfg.hold, price, global, best)
 	} else if room := b.prefix.roomy(b.groupBuf[:0], s, r, nil); len(room) > 0 && len(room) < len(s.Candidates) {
 		b.groupBuf = room
 		d = b.cfg.withHold(&b.scratch, b.rng, s, r, room, elapsed, 0, price, price, -1)
@@ -285,14 +303,14 @@ func (b *waitAndWiden) returning(s *Snapshot, r *Request, group []int32) int32 {
 // last (≥ 0) is the cluster that last served the request's session: the affinity phase
 // takes it whenever it is among the members that can take the request now.
 func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed, hold time.Duration, affinePrice, globalPrice pricing, last int32) Decision {
-	affine := c.evaluate(scratch, rng, s, r, group, affinePrice, elapsed, elapsed, last)
+	affine := c.paced(scratch, rng, s, r, group, affinePrice, elapsed, elapsed, last)
 	if affine.Kind == KindSelected {
 		return affine
 	}
 	if elapsed < hold {
 		return Wait(minWait(affine, hold-elapsed))
 	}
-	global := c.evaluate(scratch, rng, s, r, nil, globalPrice, elapsed, elapsed-hold, -1)
+	global := c.paced(scratch, rng, s, r, nil, globalPrice, elapsed, elapsed-hold, -1)
 	switch global.Kind {
 	case KindSelected:
 		global.RankDepth = len(group) + 1
@@ -385,6 +403,20 @@ func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Reques
 		}
 	}
 	return selectedAt(c.best(rng, s, r, open))
+}
+
+// paced is evaluate with a patient pricing's pace: the bucket budget is scaled by the
+// unlock factor (so a bucket opens when the budget reaches its whole gap) and a wait is
+// scaled back to real time.
+func (c *wawConfig) paced(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
+	if !price.patient {
+		return c.evaluate(scratch, rng, s, r, members, price, sloElapsed, budget, prefer)
+	}
+	d := c.evaluate(scratch, rng, s, r, members, price, sloElapsed, time.Duration(float64(budget)*c.unlockFactor), prefer)
+	if d.Kind == KindWait && c.unlockFactor > 0 {
+		d.Wait = time.Duration(float64(d.Wait) / c.unlockFactor)
+	}
+	return d
 }
 
 // selectedAt is the rank-1 decision for x, carrying its TTFT estimate.
