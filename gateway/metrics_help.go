@@ -59,13 +59,6 @@ var (
 		control.RetryLocalConnectFailure, control.RetryDefaultRetryableResponse,
 	}
 	exhaustedReasons = []string{"retry_budget_exhausted", "connect_retries_exhausted", "no_eligible_backend"}
-	admissionReasons = []string{"input_work_limit_exceeded", "input_work_capacity_unavailable", "routing_capacity_unavailable"}
-	// rejectionReasons are the routing rejections an operator watches (the reason label of
-	// routing_rejections_total).
-	rejectionReasons = []string{
-		"no_eligible_candidates", "no_eligible_backend", "routing_unavailable", "routing_capacity_unavailable",
-		"input_work_limit_exceeded", "input_work_capacity_unavailable", "invalid_lb_config", "routing_timeout",
-	}
 )
 
 // zeroTarget creates a routing target's counters of rare events at zero.
@@ -76,11 +69,14 @@ func (m *gatewayMetrics) zeroTarget(t dispatch.Target) {
 	for _, r := range exhaustedReasons {
 		m.set.GetOrCreateCounter(m.series(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", r))
 	}
-	for _, r := range admissionReasons {
-		m.set.GetOrCreateCounter(m.series(mAdmission, "routing_key", t.RoutingKey, "model", t.Model, "reason", r))
-	}
-	for _, r := range rejectionReasons {
-		m.set.GetOrCreateCounter(m.series(mRoutingRejects, "routing_key", t.RoutingKey, "model", t.Model, "reason", r))
+	// Every rejection reason of the error table (gateway/errors.go); admission ones in
+	// admission_rejections_total too.
+	for r := dispatch.ReasonNone + 1; r < dispatch.NumReasons; r++ {
+		reason := r.String()
+		m.set.GetOrCreateCounter(m.series(mRoutingRejects, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason))
+		if rejectionOf(r).admission {
+			m.set.GetOrCreateCounter(m.series(mAdmission, "routing_key", t.RoutingKey, "model", t.Model, "reason", reason))
+		}
 	}
 	m.set.GetOrCreateCounter(m.series(mClientCancelled, "routing_key", t.RoutingKey, "model", t.Model))
 }
