@@ -7,6 +7,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/retry"
 	"github.com/switchyard/switchyard/internal/promtext"
 )
 
@@ -54,11 +55,11 @@ var metricsHelp = map[string]string{
 // reads 0 (not "no data") before the first event.
 var (
 	retryReasons = []string{
-		"connect_failover", retryFirstByteTimeout, retryEngineUnreachable,
+		retry.ReasonConnectFailover, retry.ReasonFirstByteTimeout, retry.ReasonEngineUnreachable,
 		control.RetryQueueEstimateMismatch, control.RetryUpstreamAdmission, control.RetryModelGenerationUnavail,
 		control.RetryLocalConnectFailure, control.RetryDefaultRetryableResponse,
 	}
-	exhaustedReasons = []string{"retry_budget_exhausted", "connect_retries_exhausted", "no_eligible_backend"}
+	exhaustedReasons = []string{retry.ReasonBudgetExhausted, retry.ReasonConnectRetriesExhaust, retry.ReasonNoEligibleBackend}
 )
 
 // zeroTarget creates a routing target's counters of rare events at zero.
