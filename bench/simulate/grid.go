@@ -1,0 +1,97 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/switchyard/switchyard/bench/scenario"
+)
+
+// Axis is one swept lb-config field of the model's entry and its values.
+type Axis struct {
+	Field  string
+	Values []float64
+}
+
+// ParseAxis parses "field=v1,v2,...".
+func ParseAxis(spec string) (Axis, error) {
+	field, list, ok := strings.Cut(spec, "=")
+	if !ok || field == "" || list == "" {
+		return Axis{}, fmt.Errorf("grid axis %q: want field=value,value (numbers)", spec)
+	}
+	ax := Axis{Field: strings.TrimSpace(field)}
+	for v := range strings.SplitSeq(list, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return Axis{}, fmt.Errorf("grid axis %s: value %q is not a number", ax.Field, v)
+		}
+		ax.Values = append(ax.Values, f)
+	}
+	return ax, nil
+}
+
+// Point is one grid point's settings and result.
+type Point struct {
+	Settings []float64 // one value per axis
+	Result   Result
+}
+
+// Grid runs algorithm a of s once per combination of the axes' values, each value set on
+// the algorithm's entry for the scenario's model (which must be a detailed object). The
+// points come in row-major order (the last axis varies fastest).
+func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis) ([]Point, error) {
+	n := 1
+	for _, ax := range axes {
+		n *= len(ax.Values)
+	}
+	points := make([]Point, 0, n)
+	for i := range n {
+		settings := make([]float64, len(axes))
+		k := i
+		for j := len(axes) - 1; j >= 0; j-- {
+			settings[j] = axes[j].Values[k%len(axes[j].Values)]
+			k /= len(axes[j].Values)
+		}
+		v, err := Variant(s, a, axes, settings)
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(s, &v)
+		if err != nil {
+			return nil, err
+		}
+		points = append(points, Point{Settings: settings, Result: res})
+	}
+	return points, nil
+}
+
+// Variant returns a copy of a with the axes' fields of the model's entry set to settings,
+// named after them (for example "cache_affinity_wait_ms=200,cache_affinity_input_tokens_scale=0.1").
+func Variant(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis, settings []float64) (scenario.Algorithm, error) {
+	raw, err := json.Marshal(a.Config)
+	if err != nil {
+		return scenario.Algorithm{}, fmt.Errorf("algorithm %s: %w", a.Name, err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return scenario.Algorithm{}, fmt.Errorf("algorithm %s: %w", a.Name, err)
+	}
+	models, _ := cfg["models"].(map[string]any)
+	entry, ok := models[s.Model].(map[string]any)
+	if !ok {
+		return scenario.Algorithm{}, fmt.Errorf("algorithm %s: models[%q] must be a detailed entry (an object) to sweep its fields", a.Name, s.Model)
+	}
+	names := make([]string, len(axes))
+	for i, ax := range axes {
+		entry[ax.Field] = settings[i]
+		names[i] = ax.Field + "=" + strconv.FormatFloat(settings[i], 'g', -1, 64)
+	}
+	v := *a
+	v.Name, v.Config = strings.Join(names, ","), cfg
+	if _, err := v.LBConfigJSON(); err != nil {
+		return scenario.Algorithm{}, fmt.Errorf("algorithm %s with %s: %w", a.Name, v.Name, err)
+	}
+	return v, nil
+}
