@@ -66,6 +66,11 @@ type Engine struct {
 	hub     hub
 
 	legacyRunning, semWaiting atomic.Int64
+	// liveKV is the KV working set of the admitted requests (input + output tokens each):
+	// what the engine's KV cache cannot evict now. Cached prefixes of finished requests are
+	// evictable, so they are not "used" in /kv-cache/stats and the usage gauges (as a real
+	// engine's prefix cache: its free blocks include the cached, unreferenced ones).
+	liveKV atomic.Int64
 
 	mu                sync.Mutex
 	caches            []*kvcache.Cache // one per worker (one in the legacy model)
@@ -363,13 +368,18 @@ func (e *Engine) load() (running, waiting int) {
 	return r, waiting + w
 }
 
+// kvStats is the engine's KV figures: the prefix caches' counters, with used = the KV the
+// running requests hold (liveKV, at most the capacity) and free = capacity − used. The
+// caches' own contents are evictable, hence free to a new request.
 func (e *Engine) kvStats() kvcache.Stats {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	var st kvcache.Stats
 	for _, c := range e.caches {
 		st = st.Add(c.Stats())
 	}
+	e.mu.Unlock()
+	st.UsedTokens = min(uint64(max(e.liveKV.Load(), 0)), st.CapacityTokens)
+	st.FreeTokens = st.CapacityTokens - st.UsedTokens
 	return st
 }
 

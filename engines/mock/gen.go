@@ -119,6 +119,11 @@ type gen struct {
 	finishOnce sync.Once
 }
 
+// kvTokens is the KV a running request holds: its prompt and its output.
+func (g *gen) kvTokens() int64 {
+	return int64(min(g.req.inputTokens, 1<<40)) + int64(max(g.req.outputTokens, 0))
+}
+
 // admit takes a concurrency slot, waiting while the engine is full.
 func (g *gen) admit() error {
 	e := g.e
@@ -138,6 +143,7 @@ func (g *gen) admit() error {
 		g.slot = true
 	}
 	g.admitted = true
+	e.liveKV.Add(g.kvTokens())
 	if e.sim == nil {
 		e.legacyRunning.Add(1)
 	}
@@ -266,6 +272,7 @@ func (g *gen) finish() {
 		if !g.admitted {
 			return
 		}
+		e.liveKV.Add(-g.kvTokens())
 		if g.slot {
 			<-e.sem
 		}

@@ -192,12 +192,49 @@ func TestKVCacheEvictionHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]any{
-			"model": "m", "kv_cache_capacity_tokens": 1000.0, "kv_cache_used_tokens": 800.0, "kv_cache_free_tokens": 200.0,
+			// Nothing runs: the 800 cached tokens are evictable, so none is used and all free.
+			"model": "m", "kv_cache_capacity_tokens": 1000.0, "kv_cache_used_tokens": 0.0, "kv_cache_free_tokens": 1000.0,
 			"kv_cache_entries": 2.0, "kv_cache_hit_count": 2.0, "kv_cache_miss_count": 4.0, "kv_cache_eviction_count": 2.0,
 			"kv_cache_evicted_tokens": 700.0,
 		}
 		if diff := cmp.Diff(want, st); diff != "" {
 			t.Errorf("kv stats (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// While a request runs its prompt and output are the KV in use: /kv-cache/stats counts
+// them as used (not free) until it finishes.
+func TestKVInUseWhileRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := legacyCfg
+		cfg.KVCacheCapacityTokens = 1000
+		cfg.TTFT, cfg.TTFTJitter, cfg.DecodeJitter, cfg.TokenDelay = 0, 0, 0, 100*time.Millisecond
+		h := start(t, cfg)
+		defer h.stop()
+		stats := func() (used, free float64) {
+			var st map[string]any
+			if err := json.Unmarshal(h.do(call{method: "GET", path: "/kv-cache/stats"}).Body(), &st); err != nil {
+				t.Fatal(err)
+			}
+			return st["kv_cache_used_tokens"].(float64), st["kv_cache_free_tokens"].(float64)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.do(call{
+				method: "POST", path: "/v1/chat/completions", body: chatBody(false, "x"),
+				headers: hdrs("x-cache-affinity-key", "k", "x-input-tokens", "300", "x-output-tokens", "5"),
+			})
+		}()
+		time.Sleep(50 * time.Millisecond) // virtual time: the request is decoding
+		synctest.Wait()
+		if used, free := stats(); used != 305 || free != 695 {
+			t.Errorf("while running: used %v, free %v; want 305 and 695", used, free)
+		}
+		<-done
+		if used, free := stats(); used != 0 || free != 1000 {
+			t.Errorf("after: used %v, free %v; want 0 and 1000", used, free)
 		}
 	})
 }
