@@ -6,6 +6,7 @@ package dispatch
 
 import (
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,10 @@ const DefaultReleaseAfter = 10_000
 //
 // One timer serves every target waiting out its grace: the grace is the same for all, so
 // they wait in a queue in the order they went idle.
+//
+// A scheduler that panics is restarted with fresh state (failure.go); one that fails so
+// often that it stops is marked lost and respawned, under the same pid, by the next
+// Lookup or Attach: the directory never keeps a stopped scheduler for a live target.
 type Directory struct {
 	sys  *actor.ActorSystem
 	deps Deps
@@ -56,10 +61,27 @@ type Directory struct {
 	// release hands it back (debug.FreeOSMemory; tests count the calls instead).
 	sinceRelease int
 	release      func()
+	// spawned names the schedulers (see entry.name); lostByName holds the entries whose
+	// scheduler was ever lost, by name, for the dead-letter handler.
+	spawned    uint64
+	lostByName map[string]*entry
+	// dying holds the names of schedulers that stopped on failures until markLost has
+	// marked their entries (read without d.mu by the dead-letter handler).
+	dying sync.Map
+	// viewSource gives a restarted scheduler its backends' current views (RestoreFrom);
+	// restores counts the goroutines fetching them.
+	viewSource atomic.Pointer[func(Target) []BackendView]
+	restores   sync.WaitGroup
 }
 
 type entry struct {
 	pid *actor.PID
+	// life is the scheduler's (failure.go); name its actor name, kept by a respawn so the
+	// pid stays the same; lost says the scheduler stopped after repeated failures and the
+	// next Lookup or Attach respawns it.
+	life *life
+	name string
+	lost bool
 	// refs counts the backends attached (listing the target); idleSince is when it last
 	// dropped to 0.
 	refs      int
@@ -86,11 +108,24 @@ func NewDirectory(sys *actor.ActorSystem, deps Deps) *Directory {
 // collected).
 func (d *Directory) Lookup(t Target) *actor.PID {
 	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if e, ok := d.m[t]; ok {
-		return e.pid
+	e, ok := d.m[t]
+	if !ok || !e.lost {
+		d.mu.RUnlock()
+		if ok {
+			return e.pid
+		}
+		return nil
 	}
-	return nil
+	d.mu.RUnlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok = d.m[t]; !ok {
+		return nil
+	}
+	if e.lost {
+		d.spawnLocked(t, e)
+	}
+	return e.pid
 }
 
 // Attach returns the scheduler of t (spawning it when needed) for a backend that lists
@@ -100,6 +135,9 @@ func (d *Directory) Attach(t Target) *actor.PID {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e := d.entryLocked(t)
+	if e.lost {
+		d.spawnLocked(t, e)
+	}
 	e.refs++
 	return e.pid
 }
@@ -130,10 +168,74 @@ func (d *Directory) entryLocked(t Target) *entry {
 	if e, ok := d.m[t]; ok {
 		return e
 	}
-	e := &entry{pid: d.sys.Root.Spawn(NewScheduler(t, d.deps).Props())}
+	d.spawned++
+	e := &entry{name: "scheduler-" + strconv.FormatUint(d.spawned, 36)}
+	d.spawnLocked(t, e)
 	d.m[t] = e
 	d.peak = max(d.peak, len(d.m))
 	return e
+}
+
+// spawnLocked spawns e's scheduler under e's name: a new target's, or a lost one's again
+// (the same name gives the same pid, which the backend actors and cached lookups hold);
+// d.mu is held.
+func (d *Directory) spawnLocked(t Target, e *entry) {
+	l := &life{target: t, name: e.name, deps: d.deps, dir: d, restore: e.lost}
+	pid, err := d.sys.Root.SpawnNamed(l.props(), e.name)
+	if err != nil {
+		// Not expected: a stopped actor's name is free. A new name works for requests
+		// looking the target up; the backend actors reach it at their next registration.
+		d.deps.Logger.Error("scheduler_respawn_failed", "routing_key", t.RoutingKey, "model", t.Model, "err", err.Error())
+		pid = d.sys.Root.Spawn(l.props())
+	}
+	e.pid, e.life, e.lost = pid, l, false
+}
+
+// lost is told by a scheduler that stopped (failure.go): unless the directory stopped it
+// (collection, Stop), the target is marked lost, to be respawned by the next Lookup or
+// Attach. It runs on a goroutine of its own: the scheduler's run may be inside a caller
+// holding d.mu.
+func (d *Directory) lost(l *life) {
+	if d != nil {
+		d.dying.Store(l.name, struct{}{})
+		d.restores.Go(func() { d.markLost(l) })
+	}
+}
+
+func (d *Directory) markLost(l *life) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.dying.Delete(l.name)
+	e, ok := d.m[l.target]
+	if d.stopped || !ok || e.life != l {
+		return
+	}
+	e.lost = true
+	if d.lostByName == nil {
+		d.lostByName = map[string]*entry{}
+	}
+	d.lostByName[e.name] = e
+	d.epoch.Add(1) // requests that cached the pid look it up again (and respawn it)
+	d.deps.Logger.Error("scheduler_stopped_after_failures", "routing_key", l.target.RoutingKey, "model", l.target.Model)
+}
+
+// RestoreFrom sets the source of the backends' current views a restarted scheduler
+// rebuilds its state from: views returns the views of every backend listing the target's
+// model, and may block (it runs on a goroutine of its own). The gateway's fleet sets it.
+// Without one, a restarted scheduler starts empty.
+func (d *Directory) RestoreFrom(views func(Target) []BackendView) { d.viewSource.Store(&views) }
+
+// views returns the view source (nil: none).
+func (d *Directory) views() func(Target) []BackendView {
+	if f := d.viewSource.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
+// goRestore runs f (a restore) on a goroutine of its own; Stop waits for it.
+func (d *Directory) goRestore(f func()) {
+	d.restores.Go(f)
 }
 
 // grace is the configured collection grace (a negative one means at once).
@@ -198,6 +300,7 @@ func (d *Directory) sweep() {
 			d.idle = d.idle[1:]
 			if e, ok := d.m[it.t]; ok && e.refs == 0 && e.idleSince.Equal(it.since) {
 				delete(d.m, it.t)
+				delete(d.lostByName, e.name)
 				pids = append(pids, e.pid)
 			}
 		}
@@ -296,6 +399,7 @@ func (d *Directory) Stop() {
 	for _, e := range m {
 		_ = d.sys.Root.StopFuture(e.pid).Wait()
 	}
+	d.restores.Wait()
 }
 
 func isDeadRoute(evt any) bool {
@@ -311,13 +415,35 @@ func isDeadRoute(evt any) bool {
 // any after Stop) at once, as a scheduler without backends would: its request must not
 // wait for an answer that never comes.
 func (d *Directory) deadRoute(evt any) {
-	p := evt.(*actor.DeadLetterEvent).Message.(Route).P //nolint:forcetypeassert // isDeadRoute checked both
+	dl := evt.(*actor.DeadLetterEvent) //nolint:forcetypeassert // isDeadRoute checked it
+	m := dl.Message.(Route)            //nolint:forcetypeassert // isDeadRoute checked it
+	p := m.P
 	d.mu.RLock()
 	stopped := d.stopped
+	var (
+		lost  bool
+		again *actor.PID
+	)
+	if _, dying := d.dying.Load(dl.PID.GetId()); dying {
+		lost = true
+	} else if e := d.lostByName[dl.PID.GetId()]; e != nil {
+		lost = e.lost
+		if !lost {
+			again = e.pid // respawned since
+		}
+	}
 	d.mu.RUnlock()
+	if again != nil && !stopped {
+		d.sys.Root.Send(again, m)
+		return
+	}
 	r := noCandidates(p)
-	if stopped {
+	switch {
+	case stopped:
 		r = ReasonShuttingDown
+	case lost:
+		r = ReasonSchedulerFailed
+	default:
 	}
 	d.deps.Observer.Rejected(Target{}, r)
 	p.Mailbox <- Outcome{Kind: OutcomeRejected, Reason: r}

@@ -148,9 +148,17 @@ type Scheduler struct {
 	exprs []lbconfig.Entry
 	// parkedCount counts live parked requests (the heap may hold cancelled entries).
 	parkedCount int
-	// sys is the actor system; stopped is set once the actor stopped (see stoppedInvoker).
-	sys     *actor.ActorSystem
-	stopped bool
+	// sys is the actor system; life is what the actor keeps across restarts (failure.go).
+	sys  *actor.ActorSystem
+	life *life
+	// trying is the request being routed, until it is answered or parked; batch the
+	// parked requests a re-evaluation has yet to route; held the requests that arrived
+	// while restoring (the instance waits for its backends' views after a restart). A
+	// failure answers them all (failure.go).
+	trying    *Pending
+	batch     []*Pending
+	held      []*Pending
+	restoring bool
 	// tpsMedian is the median valid input throughput of the target's backends (0 = none),
 	// recomputed with each whole rebuild: a backend without a measured throughput (new,
 	// restarted) is estimated with it rather than as never finishing any prefill.
@@ -176,8 +184,8 @@ type reevaluate struct{}
 // The gateway sends it to every target when the lb-config is reloaded.
 type ResetBalancers struct{}
 
-// NewScheduler returns the scheduler of target (spawn it with Props).
-func NewScheduler(target Target, deps Deps) *Scheduler {
+// newScheduler returns a new instance of target's scheduler (the Directory spawns it).
+func newScheduler(target Target, deps Deps) *Scheduler {
 	s := &Scheduler{
 		target:    target,
 		deps:      deps,
@@ -194,58 +202,34 @@ func NewScheduler(target Target, deps Deps) *Scheduler {
 // hashTarget seeds each target's randomness differently (and reproducibly).
 func hashTarget(t Target) uint64 { return xxh3.HashString(t.RoutingKey + "\x00" + t.Model) }
 
-// Props returns the actor props of s. The mailbox (actors.InlineMailbox) runs on the
-// sender's goroutine when the scheduler is idle: a Route from a handler is decided inline,
-// without a goroutine hop or an allocation, while messages that arrive during processing
-// are still handled one at a time, in order, by whichever goroutine is running the mailbox.
-func (s *Scheduler) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithMailbox(func() actor.Mailbox {
-		return &stoppedMailbox{Mailbox: actors.InlineMailbox(), s: s}
-	}))
-}
-
-// stoppedMailbox is the scheduler's mailbox with one change: a user message it delivers
-// after the scheduler stopped goes to the dead letters (where a Route is answered, see
-// Directory) instead of being dropped. Such messages were posted while the scheduler was
-// stopping; those posted after it stopped go to the dead letters anyway.
-type stoppedMailbox struct {
-	actor.Mailbox
-	s *Scheduler
-}
-
-func (m *stoppedMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
-	m.Mailbox.RegisterHandlers(&stoppedInvoker{MessageInvoker: invoker, s: m.s}, dispatcher)
-}
-
-// stoppedInvoker reads s.stopped on the mailbox's run, one message at a time with the
-// scheduler's own messages (which set it): no lock needed.
-type stoppedInvoker struct {
-	actor.MessageInvoker
-	s *Scheduler
-}
-
-func (i *stoppedInvoker) InvokeUserMessage(msg any) {
-	if i.s.stopped {
-		i.s.sys.DeadLetter.SendUserMessage(i.s.self, msg)
-		return
-	}
-	i.MessageInvoker.InvokeUserMessage(msg)
-}
-
 // Receive implements actor.Actor.
 func (s *Scheduler) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		s.self, s.sys = c.Self(), c.ActorSystem()
+		s.life.self, s.life.sys = s.self, s.sys
 		s.alarm = actors.NewAlarm(c.ActorSystem().Root, s.self)
+		if s.restoring {
+			s.restore(c)
+		}
+	case *actor.Restarting:
+		s.alarm.Stop()
 	case *actor.Stopping:
 		s.alarm.Stop()
 		s.rejectAll(c)
 	case *actor.Stopped:
-		s.stopped = true
+		s.life.stopped = true
+		if !s.life.retired {
+			s.life.dir.lost(s.life)
+		}
 	case Route:
-		m.P.Req.Excluded = slices.Clip(m.P.Req.Excluded)
-		s.try(m.P)
+		if s.restoring {
+			s.held = append(s.held, m.P)
+			break
+		}
+		s.route(m.P)
+	case restored:
+		s.applyRestored(c, m)
 	case Cancel:
 		if m.P.parked {
 			m.P.parked = false
@@ -293,10 +277,17 @@ func (s *Scheduler) Receive(c actor.Context) {
 	s.armAlarm()
 }
 
+// route routes p (a Route's request).
+func (s *Scheduler) route(p *Pending) {
+	p.Req.Excluded = slices.Clip(p.Req.Excluded)
+	s.try(p)
+}
+
 // retire ends a collected scheduler: its parked requests get the answer of a target
 // without backends, then it stops (Routes that reach it from now on are answered by the
 // Directory's dead-letter handler, the same way).
 func (s *Scheduler) retire(c actor.Context) {
+	s.life.retired = true
 	clear(s.backends)
 	s.order, s.dirty = s.order[:0], true
 	s.retryParked(false)
@@ -384,16 +375,18 @@ func (s *Scheduler) retryParked(onlyDue bool) {
 	if len(batch) > 0 {
 		s.deps.Observer.Parked(s.target, -len(batch))
 	}
-	for _, p := range batch {
+	for i, p := range batch {
+		s.batch = batch[i+1:]
 		s.try(p)
 	}
+	s.batch = nil
 }
 
 func (s *Scheduler) armAlarm() {
 	for len(s.parked) > 0 && !s.parked[0].p.parked {
 		heap.Pop(&s.parked) // cancelled
 	}
-	if len(s.parked) == 0 || s.alarm == nil || s.stopped {
+	if len(s.parked) == 0 || s.alarm == nil || s.life.stopped {
 		return
 	}
 	s.alarm.Arm(s.deps.Now(), time.Unix(0, s.parked[0].wake))
@@ -647,6 +640,7 @@ func (s *Scheduler) resetBalancers() {
 // balancer is looked up (and created on first use) only once there are candidates: a
 // target without any holds no balancer state.
 func (s *Scheduler) try(p *Pending) {
+	s.trying = p
 	now := s.deps.Now()
 	elapsed := now.Sub(p.Arrival)
 	var bal lb.Balancer
@@ -817,6 +811,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 		p.routed, out.Routing = true, elapsed
 	}
 	s.trackPrefill(p, cand, &out, p.Arrival.Add(elapsed))
+	s.trying = nil
 	p.Mailbox <- out
 }
 
@@ -849,11 +844,13 @@ func (s *Scheduler) estimate(out *Outcome, p *Pending, cand *lb.Candidate, d lb.
 }
 
 func (s *Scheduler) reject(p *Pending, r Reason) {
+	s.trying = nil
 	s.deps.Observer.Rejected(s.target, r)
 	p.Mailbox <- Outcome{Kind: OutcomeRejected, Reason: r}
 }
 
 func (s *Scheduler) park(p *Pending, wake time.Time) {
+	s.trying = nil
 	p.parked, p.everParked = true, true
 	s.parkedCount++
 	heap.Push(&s.parked, parkedEntry{wake: wake.UnixNano(), p: p})
@@ -872,6 +869,10 @@ func (s *Scheduler) rejectAll(actor.Context) {
 		s.deps.Observer.Parked(s.target, -1)
 		s.reject(e.p, ReasonShuttingDown)
 	}
+	for _, p := range s.held {
+		s.reject(p, ReasonShuttingDown)
+	}
+	s.held = nil
 }
 
 // stateRequest asks the scheduler for its State (debug only).

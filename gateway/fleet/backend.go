@@ -34,6 +34,13 @@ type (
 	deregistered struct{}
 	// stateRequest asks for the backend's State (debug, /v1/models, scrape-time metrics).
 	stateRequest struct{}
+	// viewRequest asks for the backend's current view of a model (answered with a
+	// viewReply), for a scheduler restoring its state after a failure.
+	viewRequest struct{ model string }
+	viewReply   struct {
+		view dispatch.BackendView
+		ok   bool // the backend lists the model
+	}
 )
 
 // reportPool recycles load report messages: one arrives with every pylon response.
@@ -109,6 +116,12 @@ func (a *backendActor) Receive(c actor.Context) {
 		a.rearm(now)
 	case stateRequest:
 		c.Respond(a.stateNow())
+	case viewRequest:
+		if mv, ok := a.models[m.model]; ok {
+			c.Respond(viewReply{view: a.viewOf(mv), ok: true})
+		} else {
+			c.Respond(viewReply{})
+		}
 	case deregistered:
 		a.fleet.deps.Logger.Info("backend_deregistered", "backend", a.b.ID)
 		a.expire(c)
@@ -205,12 +218,18 @@ func (a *backendActor) onLoad(m *loadReported) {
 }
 
 func (a *backendActor) notify(mv *modelView) {
+	v := a.viewOf(mv)
+	a.fleet.deps.System.Root.Send(mv.scheduler, dispatch.NewBackendChanged(&v))
+}
+
+// viewOf is the backend's current view of mv's model, as its scheduler gets it.
+func (a *backendActor) viewOf(mv *modelView) dispatch.BackendView {
 	v := mv.view
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
 	v.Active = mv.status == control.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
 	v.Ejected, v.EjectedAt = a.health.ejected, a.health.at
-	a.fleet.deps.System.Root.Send(mv.scheduler, dispatch.NewBackendChanged(&v))
+	return v
 }
 
 // stateNow builds the backend's State (on request only: never on the per-response path).

@@ -122,7 +122,42 @@ type ModelState struct {
 
 // New returns an empty fleet.
 func New(deps Deps) *Fleet {
-	return &Fleet{deps: deps, backends: map[string]*Backend{}}
+	f := &Fleet{deps: deps, backends: map[string]*Backend{}}
+	if deps.Schedulers != nil {
+		deps.Schedulers.RestoreFrom(f.views)
+	}
+	return f
+}
+
+// viewTimeout bounds the wait for one backend actor's view when a scheduler restores.
+const viewTimeout = time.Second
+
+// views returns the current view of t's model of every backend of t's routing key that
+// lists it: what a scheduler restarted after a failure rebuilds its state from. The
+// backend actors are asked all at once; one that does not answer within viewTimeout is
+// left out (its next report or registration brings it back).
+func (f *Fleet) views(t dispatch.Target) []dispatch.BackendView {
+	f.mu.RLock()
+	pids := make([]*actor.PID, 0, len(f.backends))
+	for _, b := range f.backends {
+		if b.RoutingKey == t.RoutingKey {
+			pids = append(pids, b.pid)
+		}
+	}
+	f.mu.RUnlock()
+	futures := make([]*actor.Future, len(pids))
+	for i, pid := range pids {
+		futures[i] = f.deps.System.Root.RequestFuture(pid, viewRequest{model: t.Model}, viewTimeout)
+	}
+	var out []dispatch.BackendView
+	for _, fu := range futures {
+		if v, err := fu.Result(); err == nil {
+			if r, ok := v.(viewReply); ok && r.ok {
+				out = append(out, r.view)
+			}
+		}
+	}
+	return out
 }
 
 // Register applies a registration snapshot: it creates the backend (actor, client,
