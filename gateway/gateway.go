@@ -594,7 +594,7 @@ func (g *Gateway) Reload() error {
 		return err
 	}
 	g.lbcfg.Store(c)
-	g.dir.ResetBalancers()
+	g.dir.ResetBalancers(c)
 	g.metrics.inc(mLBConfigReloads, "result", "applied")
 	g.log.Info("lb_config_reloaded", "path", g.cfg.LBConfigPath)
 	return nil

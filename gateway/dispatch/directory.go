@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
 // DefaultCollectGrace is how long a routing target whose last backend left keeps its
@@ -376,14 +378,14 @@ func (d *Directory) States() []*State {
 	return out
 }
 
-// ResetBalancers sends ResetBalancers to every target's scheduler: each target's balancer
-// state is replaced by a fresh one (the gateway does it when the lb-config is reloaded, so
-// instances of definitions the new file no longer has do not linger).
-func (d *Directory) ResetBalancers() {
+// ResetBalancers sends ResetBalancers{cfg} to every target's scheduler: balancer instances
+// of definitions cfg no longer has are dropped (the gateway does it when the lb-config is
+// reloaded, so they do not linger), the others keep their state; nil drops them all.
+func (d *Directory) ResetBalancers(cfg *lbconfig.Config) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, e := range d.m {
-		d.sys.Root.Send(e.pid, ResetBalancers{})
+		d.sys.Root.Send(e.pid, ResetBalancers{Config: cfg})
 	}
 }
 

@@ -177,12 +177,16 @@ type Scheduler struct {
 // reevaluate asks the scheduler to re-try its parked requests (coalesced).
 type reevaluate struct{}
 
-// ResetBalancers replaces the target's balancer state with a fresh one: every balancer
-// instance is dropped, and the next request of each algorithm definition starts a new one
+// ResetBalancers replaces the target's balancer state: the balancer instances of
+// definitions Config no longer has for the target's model (and those routing expressions
+// made) are dropped, and the next request of such a definition starts a new one
 // (round-robin restarts at the first cluster; affinity caches, session memories and
-// prefix indexes start empty). Candidates, reservations and parked requests are kept.
-// The gateway sends it to every target when the lb-config is reloaded.
-type ResetBalancers struct{}
+// prefix indexes start empty); a nil Config drops every instance. Instances of unchanged
+// definitions, candidates, reservations and parked requests are kept. The gateway sends
+// it to every target with the new configuration when the lb-config is reloaded.
+type ResetBalancers struct {
+	Config *lbconfig.Config
+}
 
 // newScheduler returns a new instance of target's scheduler (the Directory spawns it).
 func newScheduler(target Target, deps Deps) *Scheduler {
@@ -271,7 +275,7 @@ func (s *Scheduler) Receive(c actor.Context) {
 	case collected:
 		s.retire(c)
 	case ResetBalancers:
-		s.resetBalancers()
+		s.resetBalancers(m.Config)
 	default:
 	}
 	s.armAlarm()
@@ -629,9 +633,18 @@ func (s *Scheduler) recentExpression(e lbconfig.Entry) {
 	}
 }
 
-// resetBalancers drops every balancer instance (see ResetBalancers).
-func (s *Scheduler) resetBalancers() {
-	clear(s.balancers)
+// resetBalancers drops the balancer instances cfg does not keep (see ResetBalancers).
+func (s *Scheduler) resetBalancers(cfg *lbconfig.Config) {
+	if cfg == nil {
+		clear(s.balancers)
+	} else {
+		keep := cfg.Entries(s.target.Model)
+		for e := range s.balancers {
+			if !slices.ContainsFunc(keep, func(k lbconfig.Entry) bool { return k.SameSettings(e) }) {
+				delete(s.balancers, e)
+			}
+		}
+	}
 	s.exprs = s.exprs[:0]
 	s.lastEntry, s.lastEntryPtr, s.lastBalancer = lbconfig.Entry{}, nil, nil
 }

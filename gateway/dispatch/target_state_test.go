@@ -104,3 +104,37 @@ func TestOverrideOneInstancePerTarget(t *testing.T) {
 		}
 	})
 }
+
+// A reset with the new configuration keeps the instances of definitions it still has (a
+// reloaded lb-config that did not change them loses no state) and drops the others and
+// every expression's.
+func TestResetBalancersKeepsUnchangedDefinitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.threeClusters()
+		rr := lbconfig.DefaultEntry(lbconfig.RoundRobin)
+		expr := rr
+		expr.MaxInputWorkSeconds, expr.HasMaxInputWork, expr.FromExpression = 100, true, true
+		f.next(t, rr)
+		f.next(t, expr)
+		keeps, err := lbconfig.Parse([]byte(`{"default":"power-of-n","models":{"m":"round-robin"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.sys.Root.Send(f.pid, dispatch.ResetBalancers{Config: keeps})
+		if got := f.next(t, rr); got != "c1" {
+			t.Errorf("a definition the new config still has restarted: %s, want c1", got)
+		}
+		if got := f.next(t, expr); got != "c0" {
+			t.Errorf("an expression's balancer survived the reset: %s, want a fresh c0", got)
+		}
+		drops, err := lbconfig.Parse([]byte(`{"default":"power-of-n","models":{"m":"random"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.sys.Root.Send(f.pid, dispatch.ResetBalancers{Config: drops})
+		if got := f.next(t, rr); got != "c0" {
+			t.Errorf("a definition the new config dropped kept its state: %s, want a fresh c0", got)
+		}
+	})
+}

@@ -118,6 +118,30 @@ func (c *Config) resolveName(model, header string) (Entry, error) {
 	return Entry{}, &HeaderError{Value: header, Name: name, Model: model, Reason: ReasonNotAllowed}
 }
 
+// Entries returns every definition a request for model can resolve to by its model or an
+// x-routing-method name (not a routing expression): the model's own, the model-level and
+// top-level request_algorithms, and under the permissive default every algorithm's
+// default definition. Entries may repeat.
+func (c *Config) Entries(model string) []Entry {
+	if c == nil {
+		c = Default()
+	}
+	out := []Entry{c.ModelEntry(model)}
+	overrides := c.Models[model].RequestAlgorithms
+	for a := range overrides {
+		out = append(out, overrides[a])
+	}
+	for a := range c.RequestAlgorithms {
+		out = append(out, c.RequestAlgorithms[a])
+	}
+	if c.Permissive {
+		for _, a := range Algorithms() {
+			out = append(out, DefaultEntry(a))
+		}
+	}
+	return out
+}
+
 // Validate checks a configuration built in code the way Parse checks a file: every
 // definition passes Entry.Validate and every request_algorithms key equals the
 // algorithm of its value. It returns errors.Join of one message per problem.

@@ -131,3 +131,28 @@ func TestPlainNameIsNoExpression(t *testing.T) {
 		t.Errorf("plain name: %+v, %v", e, err)
 	}
 }
+
+// Entries lists every definition a model's requests can reach by name.
+func TestEntries(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `{"default":"random","request_algorithms":{"pulsar":"pulsar"},
+		"models":{"m":{"algorithm":"round-robin","request_algorithms":{"wait-and-widen":"wait-and-widen"}}}}`)
+	has := func(es []Entry, a Algorithm) bool {
+		for _, e := range es {
+			if e.Algorithm == a {
+				return true
+			}
+		}
+		return false
+	}
+	m, other := c.Entries("m"), c.Entries("x")
+	if !has(m, RoundRobin) || !has(m, WaitAndWiden) || !has(m, Pulsar) || has(m, Random) || len(m) != 3 {
+		t.Errorf("model m: %v", m)
+	}
+	if !has(other, Random) || !has(other, Pulsar) || has(other, WaitAndWiden) || len(other) != 2 {
+		t.Errorf("model x: %v", other)
+	}
+	if n := len(Default().Entries("m")); n != 1+len(Algorithms()) {
+		t.Errorf("permissive default: %d entries", n)
+	}
+}
