@@ -187,7 +187,9 @@ func (d *Directory) spawnLocked(t Target, e *entry) {
 	if err != nil {
 		// Not expected: a stopped actor's name is free. A new name works for requests
 		// looking the target up; the backend actors reach it at their next registration.
-		d.deps.Logger.Error("scheduler_respawn_failed", "routing_key", t.RoutingKey, "model", t.Model, "err", err.Error())
+		if d.deps.Logger != nil {
+			d.deps.Logger.Error("scheduler_respawn_failed", "routing_key", t.RoutingKey, "model", t.Model, "err", err.Error())
+		}
 		pid = d.sys.Root.Spawn(l.props())
 	}
 	e.pid, e.life, e.lost = pid, l, false
@@ -218,7 +220,9 @@ func (d *Directory) markLost(l *life) {
 	}
 	d.lostByName[e.name] = e
 	d.epoch.Add(1) // requests that cached the pid look it up again (and respawn it)
-	d.deps.Logger.Error("scheduler_stopped_after_failures", "routing_key", l.target.RoutingKey, "model", l.target.Model)
+	if d.deps.Logger != nil {
+		d.deps.Logger.Error("scheduler_stopped_after_failures", "routing_key", l.target.RoutingKey, "model", l.target.Model)
+	}
 }
 
 // RestoreFrom sets the source of the backends' current views a restarted scheduler

@@ -115,8 +115,10 @@ func (i *stoppedInvoker) EscalateFailure(reason, msg any) {
 // fail answers every request s holds with ReasonSchedulerFailed after a panic in msg.
 // s is discarded afterwards: its other state does not matter.
 func (s *Scheduler) fail(reason, msg any) {
-	s.deps.Logger.Error("scheduler_failed", "routing_key", s.target.RoutingKey, "model", s.target.Model,
-		"message", fmt.Sprintf("%T", msg), "panic", fmt.Sprint(reason), "stack", string(debug.Stack()))
+	if s.deps.Logger != nil {
+		s.deps.Logger.Error("scheduler_failed", "routing_key", s.target.RoutingKey, "model", s.target.Model,
+			"message", fmt.Sprintf("%T", msg), "panic", fmt.Sprint(reason), "stack", string(debug.Stack()))
+	}
 	if s.alarm != nil {
 		s.alarm.Stop()
 	}
@@ -155,21 +157,28 @@ func (s *Scheduler) failOne(p *Pending) {
 	}
 }
 
-// restored carries a restarted scheduler's backends' current views.
-type restored struct{ views []BackendView }
+// restored carries a restarted scheduler's backends' current views, for the incarnation
+// that asked (a later one ignores them: it asked for its own).
+type restored struct {
+	views       []BackendView
+	incarnation int
+}
 
 // restore asks for the backends' views of s's target off the actor (the view source
 // talks to the backend actors, which may be waiting for this scheduler) and sends them
 // back as restored.
 func (s *Scheduler) restore(c actor.Context) {
-	src, root, self, t := s.life.dir.views(), c.ActorSystem().Root, c.Self(), s.target
+	src, root, self, t, n := s.life.dir.views(), c.ActorSystem().Root, c.Self(), s.target, s.life.incarnations
 	s.life.dir.goRestore(func() {
-		root.Send(self, restored{views: src(t)})
+		root.Send(self, restored{views: src(t), incarnation: n})
 	})
 }
 
 // applyRestored takes the views in and routes the requests held meanwhile.
 func (s *Scheduler) applyRestored(c actor.Context, m restored) {
+	if !s.restoring || m.incarnation != s.life.incarnations {
+		return
+	}
 	for i := range m.views {
 		s.applyView(&m.views[i])
 	}
