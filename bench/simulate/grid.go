@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchyard/switchyard/bench/scenario"
 )
@@ -39,9 +40,10 @@ type Point struct {
 }
 
 // Grid runs algorithm a of s once per combination of the axes' values, each value set on
-// the algorithm's entry for the scenario's model (which must be a detailed object). The
-// points come in row-major order (the last axis varies fastest).
-func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis) ([]Point, error) {
+// the algorithm's entry for the scenario's model (which must be a detailed object), over
+// seeds manifests (RunSeeds). The points come in row-major order (the last axis varies
+// fastest).
+func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis, seeds int) ([]Point, error) {
 	n := 1
 	for _, ax := range axes {
 		n *= len(ax.Values)
@@ -58,7 +60,7 @@ func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis) ([]Point, er
 		if err != nil {
 			return nil, err
 		}
-		res, err := Run(s, &v)
+		res, err := RunSeeds(s, &v, seeds)
 		if err != nil {
 			return nil, err
 		}
@@ -94,4 +96,32 @@ func Variant(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis, settings 
 		return scenario.Algorithm{}, fmt.Errorf("algorithm %s with %s: %w", a.Name, v.Name, err)
 	}
 	return v, nil
+}
+
+// RunSeeds runs a on the manifests of seeds consecutive seeds from the scenario's and
+// averages the results (counts are summed, times and the hit rate averaged): one manifest
+// decides close calls by its own luck.
+func RunSeeds(s *scenario.Scenario, a *scenario.Algorithm, seeds int) (Result, error) {
+	seeds = max(seeds, 1)
+	var sum Result
+	for i := range seeds {
+		sc := *s
+		sc.Seed = s.Seed + uint64(i)
+		r, err := Run(&sc, a)
+		if err != nil {
+			return Result{}, err
+		}
+		sum.Algorithm = r.Algorithm
+		sum.Served += r.Served
+		sum.Failed += r.Failed
+		sum.TTFTMean += r.TTFTMean
+		sum.TTFTP50 += r.TTFTP50
+		sum.TTFTP95 += r.TTFTP95
+		sum.CacheHitRate += r.CacheHitRate
+		sum.Makespan += r.Makespan
+	}
+	n := time.Duration(seeds)
+	sum.TTFTMean, sum.TTFTP50, sum.TTFTP95, sum.Makespan = sum.TTFTMean/n, sum.TTFTP50/n, sum.TTFTP95/n, sum.Makespan/n
+	sum.CacheHitRate /= float64(seeds)
+	return sum, nil
 }

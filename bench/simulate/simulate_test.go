@@ -122,7 +122,7 @@ func TestGrid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	points, err := simulate.Grid(s, a, []simulate.Axis{x, scale})
+	points, err := simulate.Grid(s, a, []simulate.Axis{x, scale}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,26 @@ func TestGrid(t *testing.T) {
 	if _, err := simulate.ParseAxis("n"); err == nil {
 		t.Error("an axis without values accepted")
 	}
-	if _, err := simulate.Grid(s, algorithm(t, s, "round-robin"), []simulate.Axis{x}); err == nil {
+	if _, err := simulate.Grid(s, algorithm(t, s, "round-robin"), []simulate.Axis{x}, 1); err == nil {
 		t.Error("a grid over a name-only entry accepted")
+	}
+}
+
+// RunSeeds averages over consecutive seeds: with one seed it is Run; with three it counts
+// every request of the three manifests.
+func TestRunSeeds(t *testing.T) {
+	t.Parallel()
+	s := bundled(t, "demo")
+	a := algorithm(t, s, "wait-and-widen")
+	one, err := simulate.Run(s, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := simulate.RunSeeds(s, a, 1); err != nil || r != one {
+		t.Errorf("one seed: %+v, want %+v (%v)", r, one, err)
+	}
+	three, err := simulate.RunSeeds(s, a, 3)
+	if err != nil || three.Served+three.Failed != 3*s.RequestCount || three == one {
+		t.Errorf("three seeds: %+v (%v)", three, err)
 	}
 }

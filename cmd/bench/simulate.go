@@ -18,6 +18,7 @@ type simulateCmd struct {
 	Seed       *uint64  `help:"Manifest seed (default: the scenario's seed)."`
 	Algorithms []string `sep:"," help:"Only these algorithms (labels from the scenario), comma-separated."`
 	Grid       []string `sep:"none" placeholder:"FIELD=V1,V2,..." help:"Sweep a field of the algorithm's model entry over these values (repeatable: every combination); needs exactly one --algorithms."`
+	Seeds      int      `default:"1" help:"Average each result over this many manifests (consecutive seeds from the scenario's or --seed)."`
 }
 
 func (c *simulateCmd) Run() error {
@@ -43,7 +44,7 @@ func (c *simulateCmd) Run() error {
 	if len(c.Grid) == 0 {
 		results := make([]simulate.Result, 0, len(algs))
 		for i := range algs {
-			r, err := simulate.Run(s, &algs[i])
+			r, err := simulate.RunSeeds(s, &algs[i], c.Seeds)
 			if err != nil {
 				return err
 			}
@@ -64,7 +65,7 @@ func (c *simulateCmd) Run() error {
 		}
 		axes = append(axes, ax)
 	}
-	points, err := simulate.Grid(s, &algs[0], axes)
+	points, err := simulate.Grid(s, &algs[0], axes, c.Seeds)
 	if err != nil {
 		return err
 	}
