@@ -26,7 +26,7 @@ func TestListScenarios(t *testing.T) {
 	if err := listScenarios(&b); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(b.String(), "\n"); n != 19 || !strings.Contains(b.String(), "demo ") {
+	if n := strings.Count(b.String(), "\n"); n != 20 || !strings.Contains(b.String(), "demo ") || !strings.Contains(b.String(), "coding-sessions ") {
 		t.Errorf("%d lines:\n%s", n, b.String())
 	}
 }
