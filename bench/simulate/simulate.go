@@ -5,7 +5,8 @@
 // The model: one engine per cluster, the mock engine's legacy timing (a slot semaphore of
 // max_concurrent_requests; prefill of the uncached input at prefill_tokens_per_s; the
 // fixed TTFT; one token per 1/decode_tokens_per_s) and its LRU prefix cache keyed by the
-// affinity key (kv_cache_capacity_tokens); the load each balancer sees is the engines'
+// affinity key (kv_cache_capacity_tokens; the KV the running requests hold is the used
+// part, cached prefixes are evictable); the load each balancer sees is the engines'
 // state at the decision, as a pylon with a pinned input throughput would publish it; the
 // routing loop is the gateway's (Wait decisions re-decided after at most 25 ms,
 // Unavailable answered 503 unless capacity_wait_ms lets the request wait); clients keep
@@ -97,6 +98,9 @@ type engine struct {
 	// prefilling counts the requests before their first token (queued ones included),
 	// with their input tokens: the pylon's queue_size and queued_input_size.
 	prefilling, queuedTokens uint64
+	// held is the KV the running requests hold (prompt + output): the engine's used KV;
+	// cached prefixes of finished requests are evictable and count as free.
+	held uint64
 }
 
 func (e *engine) load() load.Load {
@@ -105,7 +109,7 @@ func (e *engine) load() load.Load {
 	return load.Load{
 		InputTPS: e.prefill, MaxInputTPS: e.prefill, QueueSize: e.prefilling, QueuedInputTokens: e.queuedTokens,
 		RunningRequests: live, MaxEngineConcurrency: e.slots, TotalInputTokens: e.queuedTokens,
-		KVCapacityTokens: st.CapacityTokens, KVUsedTokens: st.UsedTokens, KVFreeTokens: st.FreeTokens,
+		KVCapacityTokens: st.CapacityTokens, KVUsedTokens: min(e.held, st.CapacityTokens), KVFreeTokens: st.CapacityTokens - min(e.held, st.CapacityTokens),
 	}
 }
 
@@ -281,6 +285,7 @@ func (s *sim) dispatch(r *request, e *engine) {
 func (s *sim) start(r *request) {
 	e := r.engine
 	e.running++
+	e.held += r.r.InputTokens + r.r.OutputTokens
 	acc := e.cache.Access(cacheKey(r.r), r.r.InputTokens)
 	r.hit = acc.Hit
 	prefill := time.Duration(0)
@@ -298,6 +303,7 @@ func (s *sim) start(r *request) {
 func (s *sim) finish(r *request) {
 	e := r.engine
 	e.running--
+	e.held -= r.r.InputTokens + r.r.OutputTokens
 	if len(e.waiting) > 0 {
 		next := e.waiting[0]
 		e.waiting = e.waiting[1:]
