@@ -350,7 +350,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	lc := lbconfig.Default()
 	if cfg.LBConfigPath != "" {
-		c, err := lbconfig.Load(cfg.LBConfigPath)
+		c, err := loadLBConfig(cfg.LBConfigPath)
 		if err != nil {
 			return nil, err
 		}
@@ -587,7 +587,7 @@ func (g *Gateway) Reload() error {
 	if g.cfg.LBConfigPath == "" {
 		return nil
 	}
-	c, err := lbconfig.Load(g.cfg.LBConfigPath)
+	c, err := loadLBConfig(g.cfg.LBConfigPath)
 	if err != nil {
 		g.metrics.inc(mLBConfigReloads, "result", "rejected")
 		g.log.Error("lb_config_reload_rejected", "path", g.cfg.LBConfigPath, "err", err, "detail", "keeping the current config")

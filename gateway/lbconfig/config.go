@@ -3,7 +3,6 @@ package lbconfig
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 )
 
@@ -39,19 +38,6 @@ func Default() *Config {
 		Models:            map[string]Model{},
 		Permissive:        true,
 	}
-}
-
-// Load reads the file at path and decodes it with Parse. Errors name the path.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load lb config: %w", err)
-	}
-	c, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("load lb config %s: %w", path, err)
-	}
-	return c, nil
 }
 
 // ModelEntry returns the configured definition for model, or Default when the model has

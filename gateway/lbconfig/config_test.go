@@ -2,8 +2,6 @@ package lbconfig
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -250,37 +248,5 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, problems(c.Validate())); diff != "" {
 		t.Errorf("Validate() (-want +got):\n%s", diff)
-	}
-}
-
-func TestLoad(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	good := filepath.Join(dir, "lb-config.json")
-	if err := os.WriteFile(good, []byte(referenceExample), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(good)
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	if diff := cmp.Diff(mustParse(t, referenceExample), c); diff != "" {
-		t.Errorf("Load differs from Parse (-want +got):\n%s", diff)
-	}
-
-	bad := filepath.Join(dir, "bad.json")
-	if err := os.WriteFile(bad, []byte(`{"default":"sticky"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Load(bad)
-	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), `"sticky"`) ||
-		!errors.Is(err, ErrUnknownAlgorithm) {
-		t.Errorf("Load(bad) error = %v, want the path, the name and ErrUnknownAlgorithm", err)
-	}
-
-	missing := filepath.Join(dir, "missing.json")
-	_, err = Load(missing)
-	if err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Load(missing) error = %v, want the path and os.ErrNotExist", err)
 	}
 }
