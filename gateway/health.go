@@ -10,7 +10,6 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
-	"github.com/switchyard/switchyard/gateway/retry"
 )
 
 // Passive health and the first-byte deadline on the proxy's side: each attempt waits for
@@ -24,13 +23,6 @@ const (
 	mEjections = "backend_ejections_total"
 	// mEjected is the number of backends ejected right now.
 	mEjected = "backends_ejected"
-)
-
-// Retry reasons (proxy_retries_total) of the failures handled like a failed backend (the
-// retry policy, package retry, names them).
-const (
-	retryFirstByteTimeout  = retry.ReasonFirstByteTimeout
-	retryEngineUnreachable = retry.ReasonEngineUnreachable
 )
 
 // setUpHealth registers the passive health metrics and returns the fleet's policy and

@@ -73,6 +73,48 @@ type backendActor struct {
 	alarm    *actors.Alarm
 	gone     bool
 	health   health
+	// incarnated is set once the actor was made (see incarnate).
+	incarnated bool
+}
+
+// incarnate is the backend actor's producer. The first call returns the actor; a later one
+// is protoactor restarting it after a panic, which leaves its state suspect: the backend
+// leaves the fleet at once, as if it had expired (its schedulers drop it, requests granted
+// to it fail over), and the new incarnation only stops the actor. The pylon's next
+// registration (every heartbeat) brings the backend back with fresh state.
+func (a *backendActor) incarnate() actor.Actor {
+	if !a.incarnated {
+		a.incarnated = true
+		return a
+	}
+	a.failed()
+	return stopActor{}
+}
+
+// failed takes a backend whose actor panicked out of the fleet, as well as its state
+// allows.
+func (a *backendActor) failed() {
+	defer func() { _ = recover() }() // best effort: the state may be what failed
+	a.fleet.deps.Logger.Error("backend_actor_failed", "backend", a.b.ID, "detail", "the backend leaves until its next registration")
+	if a.alarm != nil {
+		a.alarm.Stop()
+	}
+	if a.gone {
+		return
+	}
+	a.gone = true
+	a.leave()
+	a.removeAll()
+	a.fleet.forget(a.b)
+}
+
+// stopActor is what a failed backend actor restarts as: it stops at once.
+type stopActor struct{}
+
+func (stopActor) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); ok {
+		c.Stop(c.Self())
+	}
 }
 
 func (a *backendActor) Receive(c actor.Context) {

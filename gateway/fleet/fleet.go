@@ -186,7 +186,7 @@ func (f *Fleet) Register(reg control.Registration) error {
 	a := &backendActor{fleet: f, b: b, models: map[string]*modelView{}}
 	// Inline mailbox: reports from handlers are applied on their goroutine when the actor
 	// is idle (no goroutine hop, no allocation), still one message at a time.
-	b.pid = f.deps.System.Root.Spawn(actors.InlineProps(func() actor.Actor { return a }))
+	b.pid = f.deps.System.Root.Spawn(actors.InlineProps(a.incarnate))
 	f.backends[reg.ID] = b
 	var ctx context.Context
 	ctx, b.cancel = context.WithCancel(context.Background())

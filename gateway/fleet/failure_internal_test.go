@@ -1,0 +1,83 @@
+package fleet
+
+import (
+	"log/slog"
+	"net/url"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
+)
+
+type quietObserver struct{}
+
+func (quietObserver) Rejected(dispatch.Target, dispatch.Reason) {}
+func (quietObserver) Parked(dispatch.Target, int)               {}
+
+// A backend actor that panics takes its backend out of the fleet at once (its scheduler
+// stops routing to it) and stops; the pylon's next registration brings the backend back
+// with a fresh actor, routed again.
+func TestFailedBackendActorLeavesUntilItRegistersAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logger := slog.New(slog.DiscardHandler)
+		sys := actors.NewSystem(logger)
+		dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: quietObserver{}, Seed: 1})
+		f := New(Deps{
+			Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
+			NewClient:        func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
+			DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond,
+		})
+		t.Cleanup(func() {
+			f.Stop()
+			dir.Stop()
+			time.Sleep(time.Minute) // let protoactor's throttle goroutines finish (virtual time)
+		})
+		reg := control.Registration{ID: "p1", URL: "http://127.0.0.1:18080", ClusterID: "c1", HeartbeatMs: 60_000, Models: map[string]control.Model{
+			"a": {Status: control.StatusActive, Generation: 1, Stats: control.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}},
+		}}
+		register := func() {
+			if err := f.Register(reg); err != nil {
+				t.Fatal(err)
+			}
+			f.ReportRTT("p1", time.Millisecond)
+			synctest.Wait()
+		}
+		register()
+		pid := dir.Lookup(dispatch.Target{Model: "a"})
+		e := lbconfig.DefaultEntry(lbconfig.RoundRobin)
+		route := func() dispatch.Outcome {
+			p := dispatch.NewPending(time.Now())
+			p.Entry = &e
+			sys.Root.Send(pid, dispatch.Route{P: p})
+			return <-p.Mailbox
+		}
+		if out := route(); out.Kind != dispatch.OutcomeGranted || out.BackendID != "p1" {
+			t.Fatalf("before the failure: %+v, want granted to p1", out)
+		}
+		b := f.Get("p1")
+		sys.Root.Send(b.pid, (*loadReported)(nil)) // dereferenced: the actor panics
+		synctest.Wait()
+		if f.Get("p1") != nil {
+			t.Error("the failed backend is still in the fleet")
+		}
+		if out := route(); out.Kind != dispatch.OutcomeRejected || out.Reason != dispatch.ReasonNoCandidates {
+			t.Errorf("after the failure: %+v, want rejected no_eligible_candidates", out)
+		}
+		if _, ok := sys.ProcessRegistry.Get(b.pid); ok {
+			t.Error("the failed backend actor did not stop")
+		}
+		register() // the pylon's next heartbeat
+		if nb := f.Get("p1"); nb == nil || nb == b {
+			t.Fatalf("after registering again: %v, want a new backend", nb)
+		}
+		if out := route(); out.Kind != dispatch.OutcomeGranted || out.BackendID != "p1" {
+			t.Errorf("after registering again: %+v, want granted to p1", out)
+		}
+	})
+}
