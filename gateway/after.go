@@ -95,6 +95,8 @@ type afterResponse struct {
 	// request
 	backend string
 	reqCode int
+	// the access log's record (accesslog.go)
+	access accessRecord
 }
 
 // The parts of afterResponse.pending.
@@ -103,6 +105,7 @@ const (
 	afterSelection
 	afterAttempt
 	afterRequest
+	afterAccess
 )
 
 // begin starts a request's deferred work (anything left from an earlier answer is
@@ -174,6 +177,9 @@ func (a *afterResponse) run(g *Gateway) {
 	a.runAttempt(g)
 	if a.pending&afterRequest != 0 {
 		a.ts.request(a.backend, a.reqCode)
+	}
+	if a.pending&afterAccess != 0 {
+		a.runAccess(g)
 	}
 	a.pending, a.ts = 0, nil
 }

@@ -160,7 +160,12 @@ type Config struct {
 	LegacyInputWorkErrorCode bool
 	// ReloadPoll is how often the lb-config file is checked for changes (0 = default).
 	ReloadPoll time.Duration
-	Seed       uint64
+	// AccessLogSample is the share of requests (0–1, chosen at random) written to the
+	// access log, one `access` record each at info; AccessLogErrors also writes every
+	// request answered with a status other than 2xx. Both off by default (accesslog.go).
+	AccessLogSample float64
+	AccessLogErrors bool
+	Seed            uint64
 }
 
 func (c *Config) withDefaults() Config {
@@ -260,6 +265,9 @@ func (c *Config) Validate() error {
 	if c.OutlierMaxEjectionPercent < 0 || c.OutlierMaxEjectionPercent > 100 {
 		errs = append(errs, fmt.Errorf("outlier-max-ejection-percent %d must be within 0–100", c.OutlierMaxEjectionPercent))
 	}
+	if f := c.AccessLogSample; !(f >= 0 && f <= 1) {
+		errs = append(errs, fmt.Errorf("access-log-sample %v must be within 0–1", f))
+	}
 	if err := c.ServerLimits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -329,6 +337,7 @@ type Gateway struct {
 	draining             atomic.Bool
 	idSeq                atomic.Uint64
 	idPrefix             string
+	access               accessLog
 }
 
 // New builds a gateway; it loads the lb-config file when one is configured.
@@ -345,6 +354,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, deps: deps, log: deps.Logger.With("component", "gateway"), metrics: newMetrics(cfg.MetricsPrefix)}
 	g.idPrefix = cfg.GatewayID + "-"
+	g.access = newAccessLog(&cfg, g.log)
 	if err := g.setUpSecurity(); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,12 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg gateway.Config, lbConfig string) *harness {
 	t.Helper()
+	return newLoggedHarness(t, cfg, lbConfig, slog.New(slog.DiscardHandler))
+}
+
+// newLoggedHarness is newHarness with the gateway logging to logger.
+func newLoggedHarness(t *testing.T, cfg gateway.Config, lbConfig string, logger *slog.Logger) *harness {
+	t.Helper()
 	h := &harness{t: t, lns: map[string]*fasthttputil.InmemoryListener{}, gwLn: fasthttputil.NewInmemoryListener(), adminLn: fasthttputil.NewInmemoryListener()}
 	if lbConfig != "" {
 		cfg.LBConfigPath = filepath.Join(t.TempDir(), "lb-config.json")
@@ -46,7 +52,7 @@ func newHarness(t *testing.T, cfg gateway.Config, lbConfig string) *harness {
 		}
 	}
 	cfg.GatewayID = "gw-test"
-	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler), Dial: h.dial})
+	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger, Dial: h.dial})
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/gateway/retry"
+	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // hopByHop headers are never forwarded in either direction.
@@ -136,18 +137,19 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	arrival := g.deps.Now()
 	g.metrics.infl.Inc()
 	defer g.metrics.infl.Dec()
+	sampled := g.access.pick() // the access log (accesslog.go)
 	if g.draining.Load() {
-		writeError(ctx, fmt.Errorf("%w: not accepting new requests", ErrShuttingDown))
+		g.reject(ctx, sampled, arrival, nil, fmt.Errorf("%w: not accepting new requests", ErrShuttingDown))
 		return
 	}
 	body := ctx.PostBody()
 	if len(body) > g.cfg.MaxReplayBodyBytes {
-		writeError(ctx, fmt.Errorf("%w: the body exceeds the replay limit of %d bytes", ErrTooLarge, g.cfg.MaxReplayBodyBytes))
+		g.reject(ctx, sampled, arrival, nil, fmt.Errorf("%w: the body exceeds the replay limit of %d bytes", ErrTooLarge, g.cfg.MaxReplayBodyBytes))
 		return
 	}
 	rt, err := parseRouting(&ctx.Request.Header, body, g.cfg.RetryBudgetHeader, g.newRequestID)
 	if err != nil {
-		writeError(ctx, err)
+		g.reject(ctx, sampled, arrival, nil, err)
 		return
 	}
 	// Stream the response only when the request may ask for a stream: a plain JSON answer
@@ -155,18 +157,20 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	rt.mayStream = bytes.Contains(body, streamKey)
 	r, err := g.resolve(&rt)
 	if err != nil {
-		writeError(ctx, routingMethodError(err))
+		g.reject(ctx, sampled, arrival, &rt, routingMethodError(err))
 		return
 	}
 	if r.entry.RequireCacheAffinityKey && rt.affinityKey == "" {
-		writeError(ctx, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, r.entry.Algorithm, control.HeaderCacheAffinityKey))
+		g.reject(ctx, sampled, arrival, &rt, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, r.entry.Algorithm, control.HeaderCacheAffinityKey))
 		return
 	}
 	pid, ts, target := r.pid, r.ts, r.target
 	if pid == nil {
 		// Never registered: counted under empty labels so request-chosen model names
 		// cannot grow the series set.
-		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", routingError(dispatch.ReasonNoCandidates))
+		err := routingError(dispatch.ReasonNoCandidates)
+		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", err)
+		g.accessEarly(ctx, sampled, arrival, &rt, err)
 		return
 	}
 	h := &ctx.Request.Header
@@ -199,29 +203,40 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		defer st.after.run(g)
 	}
 	st.after.begin(g, ts, len(body))
+	if g.access.on {
+		st.after.startAccess(ctx, sampled, arrival, &rt, r.entry.Algorithm.String())
+	}
 	for {
 		out := g.await(ctx, pid, p)
 		switch out.Kind {
 		case dispatch.OutcomeCancelled:
 			g.metrics.inc(mClientCancelled, "routing_key", target.RoutingKey, "model", target.Model)
 			ctx.SetConnectionClose()
+			st.after.accessEnd(g, ctx, relay.StatusClientClosedRequest, "client_cancelled")
 			return
 		case dispatch.OutcomeRejected:
 			if d := g.decide(p, &st, retry.Outcome{Kind: retry.Rejected}); d.Exhausted {
 				g.metrics.inc(mRetryExhausted, "routing_key", target.RoutingKey, "model", target.Model, "reason", d.Reason)
 			}
-			g.finish(ctx, ts, "", g.rejectionError(out.Reason))
+			he := g.rejectionError(out.Reason)
+			g.finish(ctx, ts, "", he)
+			st.after.accessEnd(g, ctx, 0, he.code)
 			return
 		default:
 		}
 		st.after.setSelection(p.Entry.Algorithm.String(), &out)
+		st.after.accessAttempt(&out)
 		again, final := g.attempt(ctx, pid, p, &out, &st, &rt, ts)
 		if final != nil {
 			g.finish(ctx, ts, out.BackendID, final)
+			if st.after.pending&afterAccess != 0 {
+				st.after.accessEnd(g, ctx, 0, errorFor(final).code)
+			}
 			return
 		}
 		if !again {
 			st.after.setRequest(out.BackendID, ctx.Response.StatusCode())
+			st.after.accessEnd(g, ctx, 0, "")
 			return
 		}
 	}

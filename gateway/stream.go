@@ -92,6 +92,9 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 	}
 	if st.deferred {
 		s.after = st.after
+		if st.after.pending&afterAccess != 0 {
+			s.access = &st.after.access
+		}
 	}
 	// Chunked towards the client whatever the pylon's framing: an error event may follow.
 	resp.SetBodyStream(s, -1)
@@ -110,6 +113,7 @@ type streamGuard struct {
 	backend string
 	after   *afterResponse // the deferred request count to correct (nil: counted already)
 	ttft    ttftProbe
+	access  *accessRecord // the access-log record waiting for the first byte (nil: none)
 }
 
 // guardFor returns the stream guard of ctx's connection (a new one when it has none).
@@ -124,6 +128,9 @@ func guardFor(ctx *fasthttp.RequestCtx) *streamGuard {
 func (s *streamGuard) Read(p []byte) (int, error) {
 	n, err := s.end.Read(s.up, p)
 	s.ttft.read(n, s.g.deps.Now)
+	if n > 0 && s.access != nil {
+		s.access.firstByte, s.access = s.g.deps.Now(), nil
+	}
 	return n, err
 }
 
@@ -149,8 +156,11 @@ func (s *streamGuard) CloseWithError(err error) error {
 	if status != 0 && s.after != nil && s.after.pending&afterRequest != 0 {
 		s.after.reqCode = status
 	}
+	if status != 0 && s.after != nil && s.after.pending&afterAccess != 0 {
+		s.after.access.status, s.after.access.code = status, streamEndCode(status)
+	}
 	s.ttft.finish(status == fasthttp.StatusBadGateway)
-	s.up, s.g, s.ts, s.backend, s.after = nil, nil, nil, "", nil
+	s.up, s.g, s.ts, s.backend, s.after, s.access = nil, nil, nil, "", nil, nil
 	s.end.Reset()
 	return cerr //nolint:wrapcheck // the pylon stream's own close error
 }

@@ -65,6 +65,8 @@ type cli struct {
 	OutlierBaseEjection          time.Duration `name:"outlier-base-ejection" help:"First ejection's length; it doubles with each ejection in a row (a successful request resets it)." default:"1s"`
 	OutlierMaxEjection           time.Duration `name:"outlier-max-ejection" help:"Longest ejection." default:"30s"`
 	OutlierMaxEjectionPercent    int           `name:"outlier-max-ejection-percent" help:"Most backends of one routing target ejected at once, in percent (always at least one; 100: all may be)." default:"50"`
+	AccessLogSample              float64       `name:"access-log-sample" help:"Share of requests written to the access log (0–1, chosen at random): one 'access' record each at info with the request id, model, routing key, algorithm, backend, cluster, attempts, status, error code, TTFT, duration and input tokens. 0: off (a record costs microseconds at the gateway's request rate)." default:"0"`
+	AccessLogErrors              bool          `name:"access-log-errors" help:"Also write every request answered with a status other than 2xx to the access log, whatever --access-log-sample says."`
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
 	// The public and admin listeners' connection limits (each listener has its own cap).
@@ -109,6 +111,9 @@ func (c *cli) Validate(kctx *kong.Context) error {
 		errs = append(errs, errors.New("--first-byte-timeout-factor and --outlier-consecutive-failures must be >= 0, --first-byte-timeout-floor and "+
 			"--outlier-base-ejection > 0, --outlier-max-ejection at least the base, --outlier-max-ejection-percent within 1–100"))
 	}
+	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
+		errs = append(errs, fmt.Errorf("--access-log-sample %v must be within 0–1", c.AccessLogSample))
+	}
 	errs = append(errs, c.Limits.Validate())
 	return errors.Join(errs...)
 }
@@ -150,6 +155,7 @@ func (c *cli) config() gateway.Config {
 		OutlierConsecutiveFailures: retries(c.OutlierConsecutiveFailures), OutlierBaseEjection: c.OutlierBaseEjection,
 		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent,
 		ServerLimits: c.Limits.Limits(), LegacyInputWorkErrorCode: c.LegacyInputWorkErrorCode,
+		AccessLogSample: c.AccessLogSample, AccessLogErrors: c.AccessLogErrors,
 	}
 }
 
