@@ -17,18 +17,6 @@ const (
 	InputWorkCapacityUnavailable           // work, but no eligible throughput at all
 )
 
-// String returns the admission's snake_case reason.
-func (a Admission) String() string {
-	switch a {
-	case InputWorkLimitExceeded:
-		return "input_work_limit_exceeded"
-	case InputWorkCapacityUnavailable:
-		return "input_work_capacity_unavailable"
-	default:
-		return "admitted"
-	}
-}
-
 // InputWorkSeconds is the pooled input work of r over the eligible candidates of s:
 // (request input + Σ queued input) / Σ valid input TPS. Eligible means non-excluded; for
 // the pulsar variants also a valid TPS and, with considerKV, the KV check. ok is false when

@@ -55,9 +55,6 @@ func (c *keyCache[V]) reset() {
 	c.probation.reset()
 }
 
-// keyBytes is the total length of the cached keys (both tiers).
-func (c *keyCache[V]) keyBytes() int { return c.main.bytes + c.probation.bytes }
-
 // fifo is a bounded map with first-in-first-out eviction.
 type fifo[V any] struct {
 	m     map[string]V

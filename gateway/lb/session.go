@@ -102,6 +102,3 @@ func (t *sessionTable) pushFront(i int32) {
 		t.tail = i
 	}
 }
-
-// len is the number of remembered sessions.
-func (t *sessionTable) len() int { return len(t.index) }

@@ -69,17 +69,6 @@ var algorithmFields = [numAlgorithms][]string{
 	PulsarWaitAndWiden: append(slices.Clone(wawFields), "consider_kv_free_tokens", fieldRendezvousWeight, fieldBandWiden, "fallback_max_queued"),
 }
 
-// Fields returns the JSON fields a detailed entry of a accepts, sorted: the common ones
-// plus a's own.
-func Fields(a Algorithm) []string {
-	if !a.valid() {
-		return nil
-	}
-	fields := append(slices.Clone(commonFields), algorithmFields[a]...)
-	slices.Sort(fields)
-	return fields
-}
-
 func supports(a Algorithm, field string) bool {
 	return slices.Contains(commonFields, field) || slices.Contains(algorithmFields[a], field)
 }
