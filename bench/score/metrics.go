@@ -44,13 +44,15 @@ func ParseMetrics(text string) map[string]float64 {
 }
 
 // MetricDeltas sums after − before over every series, across the given (before, after)
-// scrapes of several processes. Series absent before count from zero.
+// scrapes of several processes. Series absent before count from zero. Series that did not
+// change are left out, but for histogram buckets: a quantile needs every bucket's bound,
+// the empty ones below the observations included.
 func MetricDeltas(scrapes [][2]string) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range scrapes {
 		before, after := ParseMetrics(s[0]), ParseMetrics(s[1])
 		for k, v := range after {
-			if d := v - before[k]; d != 0 {
+			if d := v - before[k]; d != 0 || strings.Contains(k, "_bucket{") {
 				out[k] += d
 			}
 		}

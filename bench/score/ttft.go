@@ -58,10 +58,8 @@ type Bucket struct {
 }
 
 // histogramBuckets sums the deltas of the <name>_bucket series over every label but le,
-// in ascending bound order. Buckets whose delta is 0 are not among the deltas: leading
-// empty buckets are missing, so a quantile that falls into the first bucket present is
-// interpolated from 0 instead of from the missing bucket's bound (an over-estimate, only
-// when no observation fell into the lower buckets).
+// in ascending bound order (MetricDeltas keeps buckets whose delta is 0, so a quantile
+// interpolates from the bound of the bucket below, as histogram_quantile does).
 func histogramBuckets(deltas map[string]float64, name string) []Bucket {
 	byBound := map[float64]float64{}
 	for k, v := range deltas {

@@ -2,6 +2,7 @@ package score_test
 
 import (
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -69,3 +70,25 @@ func TestScoreTTFTEstimate(t *testing.T) {
 		t.Errorf("without the histograms: %+v, want nil", s.TTFTEstimate)
 	}
 }
+
+// Buckets that did not change over the run stay among the deltas, so a quantile whose
+// observations all fell into one high bucket interpolates from the bound below it (here
+// 0.9), not from 0.
+func TestDeltasKeepEmptyBuckets(t *testing.T) {
+	t.Parallel()
+	page := func(low, high float64) string {
+		return "sy_ttft_estimate_error_ratio_bucket{model=\"m\",cluster_id=\"a\",le=\"0.9\"} " + ftoa(low) + "\n" +
+			"sy_ttft_estimate_error_ratio_bucket{model=\"m\",cluster_id=\"a\",le=\"1\"} " + ftoa(high) + "\n" +
+			"sy_ttft_estimate_error_ratio_bucket{model=\"m\",cluster_id=\"a\",le=\"+Inf\"} " + ftoa(high) + "\n"
+	}
+	deltas := score.MetricDeltas([][2]string{{page(0, 0), page(0, 10)}})
+	if _, ok := deltas[`sy_ttft_estimate_error_ratio_bucket{model="m",cluster_id="a",le="0.9"}`]; !ok {
+		t.Fatalf("the unchanged bucket is missing from the deltas: %v", deltas)
+	}
+	s := score.Score(&score.Input{Algorithm: "x", MetricDeltas: deltas})
+	if s.TTFTEstimate == nil || math.Abs(s.TTFTEstimate.P50Relative-0.95) > 1e-9 {
+		t.Errorf("p50 relative error %+v, want 0.95 (interpolated between 0.9 and 1)", s.TTFTEstimate)
+	}
+}
+
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
