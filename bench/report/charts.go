@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 const (
@@ -54,12 +55,30 @@ func Charts(runs []Run) []Chart {
 	return out
 }
 
+// legendGap separates the plot area from its legend, drawn to the right of it (outside
+// the plot area, so that it never hides a curve).
+const legendGap = vg.Length(10)
+
 func writePNG(w io.Writer, p *plot.Plot) error {
-	wt, err := p.WriterTo(chartWidth, chartHeight, "png")
+	c, err := draw.NewFormattedCanvas(chartWidth, chartHeight, "png")
 	if err != nil {
 		return fmt.Errorf("render chart: %w", err)
 	}
-	if _, err := wt.WriteTo(w); err != nil {
+	dc := draw.New(c)
+	leg := p.Legend
+	p.Legend = plot.NewLegend() // empty: the plot draws none
+	leg.Left, leg.Top, leg.XOffs, leg.YOffs = true, true, 0, 0
+	width := leg.Rectangle(dc).Size().X
+	if width > 0 {
+		width += 2 * legendGap
+	}
+	p.Draw(draw.Crop(dc, 0, -width, 0, 0))
+	if width > 0 {
+		// Top-aligned with the plot area (below the title).
+		top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding
+		leg.Draw(draw.Crop(dc, chartWidth-width+legendGap, 0, 0, -top))
+	}
+	if _, err := c.WriteTo(w); err != nil {
 		return fmt.Errorf("write chart: %w", err)
 	}
 	return nil
@@ -72,8 +91,6 @@ func TTFTCDF(w io.Writer, runs []Run) error {
 	p.X.Label.Text = "TTFT (ms)"
 	p.Y.Label.Text = "fraction of successful requests"
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
-	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
 	for i := range runs {
 		var ttft []float64
@@ -139,14 +156,14 @@ func CacheHitRates(w io.Writer, runs []Run) error {
 		p.Add(b)
 		p.Legend.Add(series.name, b)
 	}
-	p.Legend.Top = true
 	p.NominalX(names...)
 	return writePNG(w, p)
 }
 
-// Timeline writes requests per second per backend over the run of one algorithm.
+// Timeline writes requests per second per backend over the run of one algorithm, each
+// backend labelled with its profile (profiles: backend id → profile name, may be nil).
 // Requests without a backend (failures before routing) are shown as "unrouted".
-func Timeline(w io.Writer, run *Run, bucket time.Duration) error {
+func Timeline(w io.Writer, run *Run, bucket time.Duration, profiles map[string]string) error {
 	if bucket <= 0 {
 		bucket = time.Second
 	}
@@ -196,7 +213,7 @@ func Timeline(w io.Writer, run *Run, bucket time.Duration) error {
 		l.Color, s.Color = plotutil.Color(i), plotutil.Color(i)
 		s.Shape = plotutil.Shape(i)
 		p.Add(l, s)
-		p.Legend.Add(id, l, s)
+		p.Legend.Add(backendLabel(profiles, id), l, s)
 	}
 	return writePNG(w, p)
 }

@@ -101,6 +101,27 @@ func expectHeadline(outs []score.Outcome) string {
 	return s
 }
 
+// markdownVerdicts writes the headline's verdict on the expectations: the count met and
+// missed, then one line per check (nothing without outcomes).
+func markdownVerdicts(w io.Writer, outs []score.Outcome) {
+	if len(outs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "**Expectations: %s.**\n\n", expectHeadline(outs))
+	for i := range outs {
+		o := &outs[i]
+		line := statusText(o) + ": " + o.Check
+		if d := detailText(o); d != "" {
+			line += " — " + d
+		}
+		if o.Status == score.Missed {
+			line = "**" + line + "**"
+		}
+		fmt.Fprintf(w, "- %s\n", cell(line))
+	}
+	fmt.Fprintln(w)
+}
+
 // markdownExpect writes the report's expectations section (nothing without outcomes).
 func markdownExpect(w io.Writer, outs []score.Outcome) {
 	if len(outs) == 0 {

@@ -40,6 +40,22 @@ type Meta struct {
 	Target         string   `json:"target,omitempty"`
 	Ignored        []string `json:"ignored_fields,omitempty"`
 	Charts         []Chart  `json:"charts,omitempty"`
+	// Profiles maps backend ids to the name of their scenario profile: the report and
+	// the charts label backends "backend-0 (fast)".
+	Profiles map[string]string `json:"backend_profiles,omitempty"`
+}
+
+// BackendLabel is a backend's id with its profile, "backend-0 (fast)" (the id alone when
+// the profile has no name).
+func (m *Meta) BackendLabel(id string) string {
+	return backendLabel(m.Profiles, id)
+}
+
+func backendLabel(profiles map[string]string, id string) string {
+	if p := profiles[id]; p != "" {
+		return id + " (" + p + ")"
+	}
+	return id
 }
 
 // Run is one algorithm's scored run with its records.
@@ -134,23 +150,51 @@ func summaryRow(s *score.Summary) []string {
 	}
 }
 
+// headlineHeader are the columns of the headline table: what most readers compare first.
+var headlineHeader = []string{"Algorithm", "Success", "Req/s", "TTFT avg / p95 / p99", "Cache Hits", "Keys Moved", "Failures"}
+
+func headlineRow(s *score.Summary) []string {
+	hits := "n/a"
+	if s.Cache.HitRate != nil {
+		hits = fmt.Sprintf("%s (%d/%d)", pct(*s.Cache.HitRate), s.Cache.Hits, s.Cache.Reported)
+	}
+	moved := "n/a"
+	if s.Stickiness.Keys > 0 {
+		moved = fmt.Sprintf("%d/%d (%s)", s.Stickiness.Moved, s.Stickiness.Keys, optPct(s.Stickiness.MovementRate))
+	}
+	failures := strconv.Itoa(s.Requests - s.Successes)
+	if n := len(s.Failures); n > 0 {
+		failures += fmt.Sprintf(" (%d kinds)", n)
+	}
+	return []string{
+		s.Algorithm, pct(s.SuccessRate), fmt.Sprintf("%.2f", s.SuccessfulRPS),
+		fmt.Sprintf("%s / %s / %s", ms(s.TTFT.Avg), ms(s.TTFT.P95), ms(s.TTFT.P99)), hits, moved, failures,
+	}
+}
+
 var shareHeader = []string{
 	"", "Requests", "Success", "Request Share", "Input Share", "Output Share", "Capacity Share",
 	"Avg TTLT", "P95 TTLT", "Cache Hit Rate", "Evictions",
 }
 
-func shareRows(shares []score.Share, withCluster bool) [][]string {
+// shareRows are the rows of the backends (profiles set: labelled with theirs, and a
+// cluster column) or clusters (profiles nil) table.
+func shareRows(shares []score.Share, profiles map[string]string, withCluster bool) [][]string {
 	rows := make([][]string, 0, len(shares))
 	for _, b := range shares {
-		id := b.ID
-		if withCluster && b.Cluster != "" && b.Cluster != b.ID {
-			id += " (" + b.Cluster + ")"
+		lead := []string{backendLabel(profiles, b.ID)}
+		if withCluster {
+			cluster := b.Cluster
+			if cluster == "" {
+				cluster = "—"
+			}
+			lead = append(lead, cluster)
 		}
-		rows = append(rows, []string{
-			id, strconv.Itoa(b.Requests), strconv.Itoa(b.Successes), pct(b.RequestShare), pct(b.InputShare),
+		rows = append(rows, append(lead,
+			strconv.Itoa(b.Requests), strconv.Itoa(b.Successes), pct(b.RequestShare), pct(b.InputShare),
 			pct(b.OutputShare), optPct(b.CapacityShare), ms(b.AvgTTLT), ms(b.P95TTLT), optPct(b.CacheHitRate),
 			strconv.FormatUint(b.Evictions, 10),
-		})
+		))
 	}
 	return rows
 }
@@ -182,10 +226,15 @@ func Markdown(w io.Writer, r *Report) error {
 	fmt.Fprintln(w)
 
 	fmt.Fprintf(w, "## Summary\n\n")
+	head := make([][]string, 0, len(r.Runs))
 	rows := make([][]string, 0, len(r.Runs))
 	for i := range r.Runs {
+		head = append(head, headlineRow(&r.Runs[i].Summary))
 		rows = append(rows, summaryRow(&r.Runs[i].Summary))
 	}
+	table(w, headlineHeader, head)
+	markdownVerdicts(w, r.Expectations)
+	fmt.Fprintf(w, "### All figures\n\n")
 	table(w, summaryHeader, rows)
 	markdownExpect(w, r.Expectations)
 	markdownTTFTEstimate(w, r.Runs)
@@ -206,15 +255,15 @@ func Markdown(w io.Writer, r *Report) error {
 			s.Stickiness.Keys, s.Stickiness.Stayed, s.Stickiness.Moved)
 		if len(s.Backends) > 0 {
 			fmt.Fprintf(w, "### Backends\n\n")
-			table(w, append([]string{"Backend"}, shareHeader[1:]...), shareRows(s.Backends, true))
+			table(w, append([]string{"Backend", "Cluster"}, shareHeader[1:]...), shareRows(s.Backends, r.Profiles, true))
 			fmt.Fprintf(w, "### Clusters\n\n")
-			table(w, append([]string{"Cluster"}, shareHeader[1:]...), shareRows(s.Clusters, false))
+			table(w, append([]string{"Cluster"}, shareHeader[1:]...), shareRows(s.Clusters, nil, false))
 		}
 		if len(s.Failures) > 0 {
 			fmt.Fprintf(w, "### Failures\n\n")
 			frows := make([][]string, 0, len(s.Failures))
 			for _, f := range s.Failures {
-				frows = append(frows, []string{strconv.Itoa(f.Status), f.Backend, f.Error, strconv.Itoa(f.Count)})
+				frows = append(frows, []string{strconv.Itoa(f.Status), backendLabel(r.Profiles, f.Backend), f.Error, strconv.Itoa(f.Count)})
 			}
 			table(w, []string{"Status", "Backend", "Error", "Count"}, frows)
 		}

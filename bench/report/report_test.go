@@ -37,8 +37,9 @@ func fixture() *report.Report {
 		Meta: report.Meta{
 			Scenario: "fixture", Description: "A fixed run for golden tests.", ExpectedSignal: "Affinity keeps keys in place.",
 			Seed: 1, Requests: 20, MaxConcurrency: 4, Backends: 4, Clusters: 2, Gateways: 1, TimeScale: 0.5,
-			Ignored: []string{"tunnel_protocol (the gateway and pylons talk HTTP/1.1 on loopback)"},
-			Charts:  report.Charts(runs),
+			Ignored:  []string{"tunnel_protocol (the gateway and pylons talk HTTP/1.1 on loopback)"},
+			Charts:   report.Charts(runs),
+			Profiles: map[string]string{"backend-0": "fast", "backend-1": "fast", "backend-2": "slow", "backend-3": "slow"},
 		},
 		Runs: runs,
 	}
@@ -80,7 +81,7 @@ func TestCharts(t *testing.T) {
 	for name, draw := range map[string]func(*bytes.Buffer) error{
 		"ttft":     func(b *bytes.Buffer) error { return report.TTFTCDF(b, r.Runs) },
 		"cache":    func(b *bytes.Buffer) error { return report.CacheHitRates(b, r.Runs) },
-		"timeline": func(b *bytes.Buffer) error { return report.Timeline(b, &r.Runs[1], time.Second) },
+		"timeline": func(b *bytes.Buffer) error { return report.Timeline(b, &r.Runs[1], time.Second, r.Profiles) },
 	} {
 		var b bytes.Buffer
 		if err := draw(&b); err != nil {
@@ -121,8 +122,8 @@ func fixtureWithExpect() *report.Report {
 
 func ptr(v float64) *float64 { return &v }
 
-// The expectations in the terminal output, in report.md (its own section after the
-// summary) and in results.json; none of them without an expect section.
+// The expectations in the terminal output, in report.md (a verdict per check in the
+// headline and their own section after the summary) and in results.json; none of them without an expect section.
 func TestExpectationsGolden(t *testing.T) {
 	t.Parallel()
 	r := fixtureWithExpect()
@@ -143,6 +144,12 @@ func TestExpectationsGolden(t *testing.T) {
 		t.Fatalf("no expectations section between the summary and the charts:\n%s", doc)
 	}
 	golden(t, "expect.md", []byte(doc[start:end]))
+	// The headline: the short table, then the count and one verdict line per check.
+	hs, he := strings.Index(doc, "## Summary"), strings.Index(doc, "### All figures")
+	if hs < 0 || he < hs {
+		t.Fatalf("no headline before the full summary table:\n%s", doc)
+	}
+	golden(t, "headline.md", []byte(doc[hs:he]))
 
 	var js bytes.Buffer
 	if err := report.JSON(&js, r); err != nil {

@@ -85,6 +85,17 @@ func backendInfos(s *scenario.Scenario) []score.BackendInfo {
 	return out
 }
 
+// profiles maps the fleet's backend ids to their profile names (for the report's labels).
+func profiles(top *scenario.Topology) map[string]string {
+	out := make(map[string]string, len(top.Backends))
+	for i := range top.Backends {
+		if b := &top.Backends[i]; b.Profile.Name != "" {
+			out[b.ID] = b.Profile.Name
+		}
+	}
+	return out
+}
+
 // Run runs every selected algorithm on its own fresh fleet and returns the report.
 func Run(ctx context.Context, o Options) (*report.Report, error) {
 	s := o.Scenario
@@ -105,7 +116,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		Scenario: s.Name, Description: s.Metadata.Description, ExpectedSignal: s.Metadata.ExpectedSignal,
 		Seed: o.Seed, Requests: s.RequestCount, MaxConcurrency: s.MaxConcurrency,
 		Backends: len(top.Backends), Clusters: len(top.Clusters), Gateways: s.GatewayCount(),
-		TimeScale: timeScale(o.TimeScale), Ignored: s.Ignored(),
+		TimeScale: timeScale(o.TimeScale), Ignored: s.Ignored(), Profiles: profiles(&top),
 	}}
 	for i := range algs {
 		a := &algs[i]
@@ -254,7 +265,7 @@ func Write(dir string, rep *report.Report) ([]string, error) {
 		if rep.TimeScale > 0 && rep.TimeScale < 1 {
 			bucket = time.Duration(float64(time.Second) * rep.TimeScale)
 		}
-		errs = append(errs, put(report.TimelineFile(r.Summary.Algorithm), func(w io.Writer) error { return report.Timeline(w, r, bucket) }))
+		errs = append(errs, put(report.TimelineFile(r.Summary.Algorithm), func(w io.Writer) error { return report.Timeline(w, r, bucket, rep.Profiles) }))
 	}
 	return paths, errors.Join(errs...)
 }
