@@ -44,8 +44,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 }
 
 // handleAdmin is the admin listener's handler: the control endpoint pylons register on,
-// /metrics, /debug/state and the profiles. With a control token configured every path but
-// /healthz and /readyz needs it (/metrics not with MetricsNoAuth).
+// /metrics, /debug/state, the status page (/ui) and the profiles. With a control token
+// configured every path but /healthz, /readyz and /ui needs it (/metrics not with
+// MetricsNoAuth).
 func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 	defer g.recoverPanic(ctx)
 	path := string(ctx.Path())
@@ -53,7 +54,8 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 		g.handleHealth(ctx, path)
 		return
 	}
-	exempt := path == "/metrics" && g.cfg.MetricsNoAuth
+	// The status page holds no data (its state, /ui/state, needs the token): see ui.go.
+	exempt := (path == "/metrics" && g.cfg.MetricsNoAuth) || path == uiPath
 	if !exempt && !g.adminAuthorized(path, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
 		g.metrics.inc(mAdminUnauthorized)
 		if strings.HasPrefix(path, control.RegistrationPath) {
@@ -70,6 +72,10 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 		g.handleMetrics(ctx)
 	case path == "/debug/state":
 		g.handleDebugState(ctx)
+	case path == uiPath:
+		g.handleUI(ctx)
+	case path == uiStatePath:
+		g.handleUIState(ctx)
 	case g.cfg.EnablePprof && strings.HasPrefix(path, "/debug/pprof/"):
 		pprofhandler.PprofHandler(ctx)
 	default:

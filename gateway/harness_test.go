@@ -202,7 +202,7 @@ func (h *harness) do(method, path string, body []byte, headers map[string]string
 
 // adminPath tells the paths the admin listener serves (the tests' requests for them go there).
 func adminPath(path string) bool {
-	return strings.HasPrefix(path, "/control/") || strings.HasPrefix(path, "/debug/") || strings.HasPrefix(path, "/metrics")
+	return strings.HasPrefix(path, "/control/") || strings.HasPrefix(path, "/debug/") || strings.HasPrefix(path, "/metrics") || strings.HasPrefix(path, "/ui")
 }
 
 func (h *harness) chat(headers map[string]string) response {

@@ -101,6 +101,19 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 	return nil
 }
 
+// clientReadBuffer is the read buffer of a client connection, which caps a request's
+// headers (larger ones get 431). fasthttp holds it for as long as a relayed stream lasts
+// (the request body is read as a stream, so the buffer is not given back before the
+// answer ends). It is the pylon's cap too: the gateway forwards the client's headers, so a
+// larger buffer here would only let through requests the pylon refuses.
+const clientReadBuffer = 4 << 10
+
+// upstreamReadBuffer is the read buffer of a connection to a pylon. A relayed stream holds
+// it for as long as it lasts, so it is small: it needs to hold the pylon's response
+// headers (a few hundred bytes), and larger reads of a body go around it (bufio reads
+// straight into a destination at least as large as its buffer).
+const upstreamReadBuffer = 4 << 10
+
 // streamGuard is the body stream of an event stream relayed to a client (see above).
 // Read passes the pylon's reads through, following the events; it allocates nothing
 // until the pylon fails. A connection serves one request at a time: each keeps one

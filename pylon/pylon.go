@@ -146,7 +146,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.clients = newClientConns()
 	p.client = &fasthttp.HostClient{
 		Addr: u.Host, IsTLS: u.Scheme == "https", TLSConfig: clientTLS,
-		DialTimeout: p.engine.DialTimeout, MaxConns: 4096, MaxConnWaitTimeout: 5 * time.Second,
+		DialTimeout: p.engine.DialTimeout, MaxConns: relay.UpstreamConnCap(cfg.ServerLimits.WithDefaults().MaxConnections), MaxConnWaitTimeout: 5 * time.Second,
 		MaxIdleConnDuration: 4 * time.Second, NoDefaultUserAgentHeader: true,
 		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
 			// A reused keep-alive connection the engine already closed: safe to resend once.
