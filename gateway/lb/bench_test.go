@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchyard/switchyard/bench/microbench"
 	"github.com/switchyard/switchyard/gateway/lb"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
 // BenchmarkDecide runs every scenario of the reference router's routing microbenchmark
@@ -56,5 +57,29 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		}); got != 0 {
 			t.Errorf("%s: %v allocs per decision, want 0", sc.Name, got)
 		}
+	}
+}
+
+// BenchmarkWaitAndWidenBuckets is wait-and-widen on large fleets with the default 20 ms
+// bucket, where the synthetic candidates' estimates span many buckets (the microbenchmark's
+// scenarios use one bucket wider than every spread): the cost of the bucket walk.
+func BenchmarkWaitAndWidenBuckets(b *testing.B) {
+	for _, n := range []int{64, 512, 4096} {
+		sc := microbench.Scenarios(n)[6] // lb-bench-wait-and-widen
+		sc.Entry.BucketSize = lbconfig.DefaultBucketSize
+		b.Run(fmt.Sprintf("candidates=%d", n), func(b *testing.B) {
+			bal := newBalancer(b, sc.Entry, seeded())
+			snap := lb.NewSnapshot("", "dummy-model", microbench.Candidates(n))
+			reqs := microbench.Requests(1024, sc.Excluded)
+			b.ReportAllocs()
+			k := 0
+			for b.Loop() {
+				bal.Decide(snap, &reqs[k], 0)
+				k++
+				if k == len(reqs) {
+					k = 0
+				}
+			}
+		})
 	}
 }

@@ -86,3 +86,48 @@ func TestPowerOfNSampleProperty(t *testing.T) {
 		}
 	})
 }
+
+// Property: unlock, which partitions bucket by bucket and sorts only what it unlocks, gives
+// the straightforward sort-and-walk's result: the same unlocked count, the same unlocked
+// entries in the same (TTFT, cluster id) order and the same wait — with ties, infinite
+// estimates, full candidates and budgets that open many buckets (past the partition steps).
+func TestUnlockMatchesSortedWalk(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 80).Draw(t, "n")
+		cs := make([]Candidate, n)
+		sc := make([]scored, n)
+		for i := range cs {
+			cs[i] = Candidate{ClusterID: fmt.Sprintf("c%03d", rapid.IntRange(0, 999).Draw(t, "id"))}
+			cs[i].ClusterID += fmt.Sprint("-", i) // distinct, in no particular order
+			cs[i].Load.MaxEngineConcurrency = 2
+			cs[i].Load.RunningRequests = rapid.Uint64Range(0, 3).Draw(t, "running")
+			ttft := load.Millis(rapid.IntRange(0, 400).Draw(t, "ttft")) / 4
+			if rapid.IntRange(0, 9).Draw(t, "inf") == 0 {
+				ttft = load.Infinite
+			}
+			sc[i] = scored{idx: int32(i), ttft: ttft}
+		}
+		if !slices.ContainsFunc(sc, func(x scored) bool { return x.ttft.IsFinite() }) {
+			sc[0].ttft = 1 // evaluate only walks buckets with a finite fastest estimate
+		}
+		s := NewSnapshot("", "m", cs)
+		c := wawConfig{
+			bucket:       load.Millis(rapid.IntRange(0, 30).Draw(t, "bucket")),
+			unlockFactor: rapid.SampledFrom([]float64{0, 0.25, 1, 2}).Draw(t, "factor"),
+			maxQueued:    rapid.Uint64Range(0, 1).Draw(t, "max_queued"),
+		}
+		budget := load.Millis(rapid.IntRange(0, 200).Draw(t, "budget"))
+		want := slices.Clone(sc)
+		wantN, wantWait := c.unlockSorted(s, want, budget)
+		gotN, gotWait := c.unlock(s, sc, budget)
+		if gotN != wantN || gotWait != wantWait {
+			t.Fatalf("unlock = (%d, %v), sorted walk = (%d, %v)", gotN, gotWait, wantN, wantWait)
+		}
+		for i := range gotN {
+			if sc[i].idx != want[i].idx {
+				t.Fatalf("unlocked entry %d: %d, sorted walk %d", i, sc[i].idx, want[i].idx)
+			}
+		}
+	})
+}

@@ -457,18 +457,80 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 	return sc, overSLO
 }
 
-// unlock sorts sc by (TTFT, cluster id) and walks the buckets with the time budget. It
-// returns how many leading entries are unlocked and, when the walk stopped at a locked
+// unlock walks the buckets of sc in (TTFT, cluster id) order with the time budget. It
+// returns how many leading entries are unlocked — sc[:unlocked] then holds them in that
+// order; the rest of sc is left in any order — and, when the walk stopped at a locked
 // bucket holding a finite candidate with capacity, the wait until that bucket unlocks.
+//
+// The unlocked entries are always those below a TTFT threshold, so instead of sorting all
+// of sc (O(n log n), most of a decision's cost on a large fleet) each bucket step
+// partitions the entries within the bucket of the current start to the front and only
+// they are sorted: O(n × steps + m log m) for m unlocked entries. After maxPartitionSteps
+// steps (a long budget opening many sparse buckets) the rest is sorted and walked as
+// unlockSorted does. The result is the one unlockSorted gives.
 func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlocked int, next time.Duration) {
+	start := sc[0].ttft
+	for _, x := range sc[1:] {
+		start = min(start, x.ttft)
+	}
+	lo := 0 // sc[:lo] is unlocked (unsorted); every entry of sc[lo:] has a larger TTFT
+	for range maxPartitionSteps {
+		p := lo
+		for i := lo; i < len(sc); i++ {
+			if t := sc[i].ttft; t.IsFinite() && t-start <= c.bucket {
+				sc[p], sc[i] = sc[i], sc[p]
+				p++
+			}
+		}
+		if p == len(sc) {
+			sortScored(s, sc)
+			return len(sc), 0
+		}
+		t := sc[p].ttft
+		for _, x := range sc[p+1:] {
+			t = min(t, x.ttft)
+		}
+		if !t.IsFinite() {
+			sortScored(s, sc[:p])
+			return p, 0
+		}
+		need := (t - start) * load.Millis(c.unlockFactor)
+		if budget < need {
+			sortScored(s, sc[:p])
+			return p, c.waitFor(s, sc[p:], need-budget)
+		}
+		budget -= need
+		start, lo = t, p
+	}
+	sortScored(s, sc[:lo])
+	sortScored(s, sc[lo:])
+	return c.walk(s, sc, lo, start, budget)
+}
+
+// maxPartitionSteps is how many bucket steps unlock takes by partitioning before it sorts.
+const maxPartitionSteps = 4
+
+// unlockSorted is the straightforward bucket walk: it sorts all of sc by (TTFT, cluster
+// id) and walks it from the fastest entry. unlock returns the same.
+func (c *wawConfig) unlockSorted(s *Snapshot, sc []scored, budget load.Millis) (unlocked int, next time.Duration) {
+	sortScored(s, sc)
+	return c.walk(s, sc, 0, sc[0].ttft, budget)
+}
+
+// sortScored sorts sc by (TTFT, cluster id).
+func sortScored(s *Snapshot, sc []scored) {
 	slices.SortFunc(sc, func(a, b scored) int {
 		if v := cmp.Compare(a.ttft, b.ttft); v != 0 {
 			return v
 		}
 		return cmp.Compare(s.Candidates[a.idx].ClusterID, s.Candidates[b.idx].ClusterID)
 	})
-	start := sc[0].ttft
-	for k := 1; k < len(sc); k++ {
+}
+
+// walk continues the bucket walk over sorted sc at entry k0, with the current bucket
+// starting at start and budget left.
+func (c *wawConfig) walk(s *Snapshot, sc []scored, k0 int, start, budget load.Millis) (unlocked int, next time.Duration) {
+	for k := max(k0, 1); k < len(sc); k++ {
 		t := sc[k].ttft
 		if !t.IsFinite() {
 			return k, 0
@@ -479,17 +541,22 @@ func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlock
 		}
 		need := gap * load.Millis(c.unlockFactor)
 		if budget < need {
-			for _, x := range sc[k:] {
-				if x.ttft.IsFinite() && s.Candidates[x.idx].Load.HasCapacity(c.maxQueued) {
-					return k, (need - budget).Duration()
-				}
-			}
-			return k, 0
+			return k, c.waitFor(s, sc[k:], need-budget)
 		}
 		budget -= need
 		start = t
 	}
 	return len(sc), 0
+}
+
+// waitFor is wait when locked holds a finite candidate with capacity, else 0.
+func (c *wawConfig) waitFor(s *Snapshot, locked []scored, wait load.Millis) time.Duration {
+	for _, x := range locked {
+		if x.ttft.IsFinite() && s.Candidates[x.idx].Load.HasCapacity(c.maxQueued) {
+			return wait.Duration()
+		}
+	}
+	return 0
 }
 
 // best samples min(n, len(open)) entries uniformly (partial Fisher–Yates) and returns the
