@@ -42,6 +42,7 @@ type cli struct {
 	Chaos        chaosCmd         `cmd:"" help:"Fault suite on a local 2-backend fleet (kills, freezes, slowloris, oversized bodies, junk registrations, broken streams) checked against budgets."`
 	Soak         soakCmd          `cmd:"" help:"Mixed load for --duration (10m) with a fault every 30 s; checks outcome accounting, gateway heap growth and goroutines."`
 	Simulate     simulateCmd      `cmd:"" help:"Replay a scenario through the balancers against modelled engines in virtual time (no processes; milliseconds per run), optionally over a --grid of settings."`
+	ControlPlane controlPlaneCmd  `cmd:"" name:"control-plane" help:"Simulate N pylons in this process registering and heartbeating against real gateways; report the gateways' CPU for it."`
 	Streams      streamsCmd       `cmd:"" help:"Hold N long streams open at once through one gateway and one pylon to the mock engine; report errors, time to first byte and memory per open stream."`
 }
 
