@@ -307,6 +307,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Dial connects to a backend address (tests: in-memory listeners); nil = TCP.
 	Dial fasthttp.DialFunc
+	// Tracer records OpenTelemetry spans of routed requests (gateway/tracing.go); nil =
+	// tracing off.
+	Tracer Tracer
 }
 
 // Gateway is one router instance.

@@ -44,6 +44,13 @@ func newHarness(t *testing.T, cfg gateway.Config, lbConfig string) *harness {
 // newLoggedHarness is newHarness with the gateway logging to logger.
 func newLoggedHarness(t *testing.T, cfg gateway.Config, lbConfig string, logger *slog.Logger) *harness {
 	t.Helper()
+	return newHarnessDeps(t, cfg, lbConfig, gateway.Deps{Logger: logger})
+}
+
+// newHarnessDeps is newHarness with the gateway's dependencies deps (Now, Dial and a
+// missing Logger filled in).
+func newHarnessDeps(t *testing.T, cfg gateway.Config, lbConfig string, deps gateway.Deps) *harness {
+	t.Helper()
 	h := &harness{t: t, lns: map[string]*fasthttputil.InmemoryListener{}, gwLn: fasthttputil.NewInmemoryListener(), adminLn: fasthttputil.NewInmemoryListener()}
 	if lbConfig != "" {
 		cfg.LBConfigPath = filepath.Join(t.TempDir(), "lb-config.json")
@@ -52,7 +59,11 @@ func newLoggedHarness(t *testing.T, cfg gateway.Config, lbConfig string, logger 
 		}
 	}
 	cfg.GatewayID = "gw-test"
-	g, err := gateway.New(cfg, gateway.Deps{Now: time.Now, Logger: logger, Dial: h.dial})
+	deps.Now, deps.Dial = time.Now, h.dial
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	g, err := gateway.New(cfg, deps)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}

@@ -130,6 +130,8 @@ type attemptState struct {
 	deferred bool
 	// retry is the request's state for the retry policy (package retry).
 	retry retry.State
+	// trace is the request's OpenTelemetry trace (tracing.go); nil = tracing off.
+	trace *reqTrace
 }
 
 // handleInference routes and proxies one OpenAI request.
@@ -194,7 +196,8 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	if r.entry.PrefixAffinity && rt.affinityKey == "" {
 		p.Req.Prefix = lb.AppendPrefixHashes(p.Req.Prefix[:0], r.target.Model, promptContent(body))
 	}
-	st := attemptState{after: afterFor(ctx)}
+	st := attemptState{after: afterFor(ctx), trace: g.startTrace(ctx, &rt, r.entry.Algorithm.String())}
+	defer st.trace.finish(&ctx.Response)
 	if rt.hasBudget {
 		st.retry.Deadline = arrival.Add(rt.budget)
 	}
@@ -207,7 +210,11 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		st.after.startAccess(ctx, sampled, arrival, &rt, r.entry.Algorithm.String())
 	}
 	for {
+		st.trace.startRoute()
 		out := g.await(ctx, pid, p)
+		if st.trace != nil {
+			st.trace.routed(&out, p.Entry.Algorithm.String(), p.Arrival, g.deps.Now())
+		}
 		switch out.Kind {
 		case dispatch.OutcomeCancelled:
 			g.metrics.inc(mClientCancelled, "routing_key", target.RoutingKey, "model", target.Model)
@@ -350,8 +357,10 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	// The first-byte deadline, kept by the connection's watchdog (see newUpstreamConns).
 	deadline := g.firstByteDeadline(out, rt.mayStream && asksForStream(ctx.PostBody()))
 	ctx.Request.SetTimeout(deadline)
+	st.trace.startAttempt(b, h)
 	start := g.deps.Now()
 	err := b.Client.Do(&ctx.Request, &ctx.Response)
+	st.trace.attemptDone(ctx.Response.StatusCode(), err)
 	if out.PrefillToken != 0 {
 		// The response headers (or the attempt's end): the engine has cached the prompt,
 		// or never will; requests of the same key waiting for it may go (prefill_wait).

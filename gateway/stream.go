@@ -96,6 +96,10 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 			s.access = &st.after.access
 		}
 	}
+	if st.trace != nil {
+		s.trace = st.trace
+		s.trace.startStream(b.ID, resp.StatusCode())
+	}
 	// Chunked towards the client whatever the pylon's framing: an error event may follow.
 	resp.SetBodyStream(s, -1)
 	return nil
@@ -127,6 +131,7 @@ type streamGuard struct {
 	after   *afterResponse // the deferred request count to correct (nil: counted already)
 	ttft    ttftProbe
 	access  *accessRecord // the access-log record waiting for the first byte (nil: none)
+	trace   *reqTrace     // the request's trace (nil: tracing off)
 }
 
 // guardFor returns the stream guard of ctx's connection (a new one when it has none).
@@ -141,6 +146,9 @@ func guardFor(ctx *fasthttp.RequestCtx) *streamGuard {
 func (s *streamGuard) Read(p []byte) (int, error) {
 	n, err := s.end.Read(s.up, p)
 	s.ttft.read(n, s.g.deps.Now)
+	if s.trace != nil {
+		s.trace.read(p[:n])
+	}
 	if n > 0 && s.access != nil {
 		s.access.firstByte, s.access = s.g.deps.Now(), nil
 	}
@@ -173,6 +181,10 @@ func (s *streamGuard) CloseWithError(err error) error {
 		s.after.access.status, s.after.access.code = status, streamEndCode(status)
 	}
 	s.ttft.finish(status == fasthttp.StatusBadGateway)
+	if s.trace != nil {
+		s.trace.streamEnded(status, s.end.Err(), err)
+		s.trace = nil
+	}
 	s.up, s.g, s.ts, s.backend, s.after, s.access = nil, nil, nil, "", nil, nil
 	s.end.Reset()
 	return cerr //nolint:wrapcheck // the pylon stream's own close error

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/promtext"
@@ -183,12 +184,13 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		h.SetCanonical(hdrDynamoPriority, strconv.AppendUint(num[:0], uint64(ep), 10))
 		h.SetCanonical(hdrDynamoStrict, zero)
 	}
+	span := p.startRelay(h, g.model, id, inputTokens, stream)
 	if !stream {
-		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs} // stays on the stack
+		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, span: span} // stays on the stack
 		p.relayBuffered(ctx, &obs, gw)
 		return
 	}
-	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs}
+	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, span: span}
 	up := fasthttp.AcquireResponse()
 	up.StreamBody = true
 	if err := p.client.Do(&ctx.Request, up); err != nil {
@@ -327,6 +329,7 @@ type requestObserver struct {
 	// msgs holds the acknowledged messages; valid only while the handler runs (headers
 	// and complete), not in the relayed stream's FirstOutput and Finished.
 	msgs *callMsgs
+	span trace.Span // the relay's trace span (nil: tracing off)
 }
 
 // headers reports a streamed response's headers; on return the snapshot includes them.
@@ -361,6 +364,9 @@ func (o *requestObserver) Finished(at time.Time, u *relay.Usage, err error) {
 		decode = at.Sub(o.firstAt)
 	}
 	out := o.account(at, u)
+	if o.span != nil {
+		endRelay(o.span, o.status, out, err)
+	}
 	o.p.sys.Root.Send(o.g.pid, &finished{id: o.id, at: at, outputTokens: out, decode: decode})
 	o.p.inflight.Add(-1)
 }
@@ -391,6 +397,9 @@ func (o *requestObserver) complete(body []byte) {
 		o.mm.first.Update(now.Sub(o.start).Seconds())
 	}
 	out := o.account(now, &s.Usage)
+	if o.span != nil {
+		endRelay(o.span, o.status, out, nil)
+	}
 	ch := o.g.replies.get()
 	m := &o.msgs.done
 	*m = completed{id: o.id, at: now, outputTokens: out, output: output, reply: ch}

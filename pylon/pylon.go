@@ -49,6 +49,9 @@ type Deps struct {
 	Version string
 	// LookupHost resolves Config.GatewayDNS (default net.DefaultResolver.LookupHost).
 	LookupHost func(ctx context.Context, host string) ([]string, error)
+	// Tracer records an OpenTelemetry span per relayed request (tracing.go); nil =
+	// tracing off.
+	Tracer Tracer
 }
 
 // Pylon is one sidecar instance.
@@ -104,6 +107,8 @@ type Pylon struct {
 	// eng is what the pylon knows of the engine beyond the data path: served names,
 	// the metrics scrape's model mapping, canary outcomes (enginemodels.go).
 	eng engineState
+	// tracer is Deps.Tracer (nil: tracing off).
+	tracer Tracer
 }
 
 // New validates cfg and builds a pylon that is not yet running.
@@ -127,6 +132,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		sentStructure: map[string]uint64{}, ln: deps.Listener, adminLn: deps.AdminListener, fromEngine: fromEngineSet(cfg.UpstreamRetryHeader),
 		replies:    newReplyPool(),
 		lookupHost: deps.LookupHost,
+		tracer:     deps.Tracer,
 	}
 	if p.lookupHost == nil {
 		p.lookupHost = net.DefaultResolver.LookupHost

@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
+	"github.com/switchyard/switchyard/internal/tracing"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -25,6 +26,8 @@ var version = "dev"
 type cli struct {
 	// --version, --config, --log-format, --log-level.
 	Common cmdline.Flags `embed:""`
+	// --otlp-endpoint, --trace-sample.
+	Tracing tracing.Flags `embed:""`
 
 	HTTPListenAddr               string        `name:"http-listen-addr" help:"Public listen address: the OpenAI API (/v1/...), /healthz and /readyz. Nothing here changes routing." default:"127.0.0.1:8000"`
 	AdminListenAddr              string        `name:"admin-listen-addr" help:"Admin listen address: the control endpoint pylons register on (/control/v1/backends), /metrics, /debug/state and /debug/pprof. On a non-loopback address the gateway refuses to start without a control token (or --insecure-no-control-auth)." default:"127.0.0.1:8001"`
@@ -114,7 +117,7 @@ func (c *cli) Validate(kctx *kong.Context) error {
 	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
 		errs = append(errs, fmt.Errorf("--access-log-sample %v must be within 0–1", c.AccessLogSample))
 	}
-	errs = append(errs, c.Limits.Validate())
+	errs = append(errs, c.Limits.Validate(), c.Tracing.Validate())
 	return errors.Join(errs...)
 }
 
@@ -164,7 +167,12 @@ func (c *cli) Run() error {
 	if err != nil {
 		return cmdline.Config(err)
 	}
-	g, err := gateway.New(c.config(), gateway.Deps{Now: time.Now, Logger: logger})
+	tracer, stopTracing, err := c.Tracing.Start("gateway", version)
+	if err != nil {
+		return cmdline.Config(err)
+	}
+	defer flushTraces(stopTracing)
+	g, err := gateway.New(c.config(), gateway.Deps{Now: time.Now, Logger: logger, Tracer: tracer})
 	if err != nil {
 		return cmdline.Config(err)
 	}
@@ -191,6 +199,13 @@ func options() []kong.Option {
 	return cmdline.Options("gateway",
 		"Switchyard gateway: OpenAI-compatible LLM request router. It estimates TTFT (RTT + queue + prefill) on every candidate engine, waits and widens over TTFT buckets, keeps prompt-cache affinity, honours engine concurrency, retries with exclusions and streams responses back.",
 		version)
+}
+
+// flushTraces exports the spans not yet sent and stops the exporter, waiting at most 5 s.
+func flushTraces(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = stop(ctx)
 }
 
 func main() { cmdline.Main(&cli{}, options()...) }

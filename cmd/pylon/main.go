@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
+	"github.com/switchyard/switchyard/internal/tracing"
 	"github.com/switchyard/switchyard/pylon"
 	"github.com/switchyard/switchyard/pylon/admission"
 )
@@ -27,6 +28,8 @@ var version = "dev"
 type cli struct {
 	// --version, --config, --log-format, --log-level.
 	Common cmdline.Flags `embed:""`
+	// --otlp-endpoint, --trace-sample.
+	Tracing tracing.Flags `embed:""`
 
 	HTTPListenAddr               string        `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path listen address: requests relayed from gateways and their /health probe."`
 	AdminListenAddr              string        `name:"admin-listen-addr" default:"127.0.0.1:8101" help:"Admin listen address: /metrics, /healthz and /readyz (empty = none)."`
@@ -150,7 +153,7 @@ func (c *cli) Validate(kctx *kong.Context) error {
 		}
 	}
 	cfg := c.config()
-	return errors.Join(errors.Join(errs...), c.Limits.Validate(), cfg.Validate())
+	return errors.Join(errors.Join(errs...), c.Limits.Validate(), c.Tracing.Validate(), cfg.Validate())
 }
 
 func (c *cli) Run() error {
@@ -158,7 +161,12 @@ func (c *cli) Run() error {
 	if err != nil {
 		return cmdline.Config(err)
 	}
-	p, err := pylon.New(c.config(), pylon.Deps{Logger: logger, Version: version})
+	tracer, stopTracing, err := c.Tracing.Start("pylon", version)
+	if err != nil {
+		return cmdline.Config(err)
+	}
+	defer flushTraces(stopTracing)
+	p, err := pylon.New(c.config(), pylon.Deps{Logger: logger, Version: version, Tracer: tracer})
 	if err != nil {
 		return cmdline.Config(err)
 	}
@@ -171,6 +179,13 @@ func (c *cli) Run() error {
 func options() []kong.Option {
 	return cmdline.Options("pylon",
 		"Switchyard pylon: sidecar next to one inference engine (registration, load stats, local queue admission, stream relay).", version)
+}
+
+// flushTraces exports the spans not yet sent and stops the exporter, waiting at most 5 s.
+func flushTraces(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = stop(ctx)
 }
 
 func main() { cmdline.Main(&cli{}, options()...) }
