@@ -398,6 +398,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		Name:                  "switchyard-gateway",
 		MaxRequestBodySize:    cfg.MaxReplayBodyBytes,
 		ReadBufferSize:        clientReadBuffer,
+		WriteBufferSize:       clientWriteBuffer,
 		NoDefaultServerHeader: true,
 		ErrorHandler:          g.serverError,
 		ConnState:             g.connState,
@@ -481,6 +482,7 @@ func (g *Gateway) newClient(u *url.URL) *fasthttp.HostClient {
 		DisableHeaderNamesNormalizing: false,
 		DisablePathNormalizing:        true,
 		ReadBufferSize:                upstreamReadBuffer,
+		WriteBufferSize:               upstreamWriteBuffer,
 		MaxResponseBodySize:           maxBufferedResponse, // streamed bodies are not limited
 		ConnPoolStrategy:              fasthttp.LIFO,
 		DialTimeout:                   g.upstream.DialTimeout,

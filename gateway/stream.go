@@ -112,11 +112,21 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 // larger buffer here would only let through requests the pylon refuses.
 const clientReadBuffer = 4 << 10
 
+// clientWriteBuffer is the write buffer of a client connection, also held for as long as a
+// relayed stream lasts: each event is written and flushed through it. 2 KiB holds an
+// answer's headers and a typical event or small answer in one write; larger bodies are
+// written around it.
+const clientWriteBuffer = 2 << 10
+
+// upstreamWriteBuffer is the write buffer of a connection to a pylon (taken for writing a
+// request, then given back): larger request bodies are written around it.
+const upstreamWriteBuffer = 2 << 10
+
 // upstreamReadBuffer is the read buffer of a connection to a pylon. A relayed stream holds
 // it for as long as it lasts, so it is small: it needs to hold the pylon's response
-// headers (a few hundred bytes), and larger reads of a body go around it (bufio reads
+// headers (a few hundred bytes; larger ones fail the attempt), and larger reads of a body go around it (bufio reads
 // straight into a destination at least as large as its buffer).
-const upstreamReadBuffer = 4 << 10
+const upstreamReadBuffer = 2 << 10
 
 // streamGuard is the body stream of an event stream relayed to a client (see above).
 // Read passes the pylon's reads through, following the events; it allocates nothing

@@ -153,6 +153,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.client = &fasthttp.HostClient{
 		Addr: u.Host, IsTLS: u.Scheme == "https", TLSConfig: clientTLS,
 		DialTimeout: p.engine.DialTimeout, MaxConns: relay.UpstreamConnCap(cfg.ServerLimits.WithDefaults().MaxConnections), MaxConnWaitTimeout: 5 * time.Second,
+		ReadBufferSize:      relay.EngineReadBuffer,
 		MaxIdleConnDuration: 4 * time.Second, NoDefaultUserAgentHeader: true,
 		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
 			// A reused keep-alive connection the engine already closed: safe to resend once.
@@ -180,7 +181,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 func (p *Pylon) newServer(name string) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler: p.serve, Name: name, NoDefaultServerHeader: true, NoDefaultContentType: true,
-		MaxRequestBodySize: p.cfg.MaxRequestBodyBytes, Logger: fasthttpLogger{p.log},
+		MaxRequestBodySize: p.cfg.MaxRequestBodyBytes, Logger: fasthttpLogger{p.log}, WriteBufferSize: relay.ClientWriteBuffer,
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			unreadableRequest(err, p.cfg.MaxRequestBodyBytes).write(ctx)
 		},

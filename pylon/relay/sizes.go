@@ -22,3 +22,14 @@ func UpstreamConnCap(maxClientConns int) int {
 	}
 	return maxClientConns + upstreamConnSpare
 }
+
+// ClientWriteBuffer is the pylon's write buffer per gateway connection, held for as long
+// as a relayed stream lasts (each event is written and flushed through it): it holds an
+// answer's headers and a typical event or small answer in one write; larger bodies are
+// written around it.
+const ClientWriteBuffer = 2 << 10
+
+// EngineReadBuffer is the pylon's read buffer per engine connection, held for as long as a
+// relayed stream lasts. It must hold the engine's response headers (a few hundred bytes
+// from vLLM, SGLang or the mock engine); larger reads of a body go around it.
+const EngineReadBuffer = 2 << 10
