@@ -1,4 +1,4 @@
-package overhead
+package overhead_test
 
 import (
 	"math"
@@ -7,17 +7,20 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/bench/overhead"
+	"github.com/switchyard/switchyard/bench/overhead/overheadtest"
 )
 
 // synthetic returns n rounds of Synthetic seeded with seed. added[p] is path p's mean
-// added latency over Pylon's (0: the path is a baseline).
-func synthetic(n int, seed uint64, added [NumPaths]time.Duration) *Result {
-	return Synthetic(rand.New(rand.NewPCG(seed, 7)), n, added)
+// added latency over overhead.Pylon's (0: the path is a baseline).
+func synthetic(n int, seed uint64, added [overhead.NumPaths]time.Duration) *overhead.Result {
+	return overheadtest.Synthetic(rand.New(rand.NewPCG(seed, 7)), n, added)
 }
 
-func hops(proxy, component, control time.Duration) [NumPaths]time.Duration {
-	var a [NumPaths]time.Duration
-	a[ProxyPylon], a[GatewayPylon], a[ControlPylon] = proxy, component, control
+func hops(proxy, component, control time.Duration) [overhead.NumPaths]time.Duration {
+	var a [overhead.NumPaths]time.Duration
+	a[overhead.ProxyPylon], a[overhead.GatewayPylon], a[overhead.ControlPylon] = proxy, component, control
 	return a
 }
 
@@ -28,11 +31,11 @@ func TestResampleOfTheWholeRunIsTheRun(t *testing.T) {
 	r := synthetic(997, 1, hops(50*time.Microsecond, 60*time.Microsecond, 50*time.Microsecond))
 	qs := []float64{0, 0.5, 0.99, 1}
 	s := r.Resample(qs, 5, len(r.Rounds[0]), 1)
-	for p := range NumPaths {
+	for p := range overhead.NumPaths {
 		for qi, q := range qs {
 			for d, got := range s.Draws[p][qi] {
 				if want := r.Quantile(p, q); got != want {
-					t.Fatalf("%s q%v draw %d: %v, want the run's %v", PathNames[p], q, d, got, want)
+					t.Fatalf("%s q%v draw %d: %v, want the run's %v", overhead.PathNames[p], q, d, got, want)
 				}
 			}
 		}
@@ -44,19 +47,19 @@ func TestResampleOfTheWholeRunIsTheRun(t *testing.T) {
 func TestRatioIntervalFindsTheTruthAndNarrowsWithMoreRounds(t *testing.T) {
 	t.Parallel()
 	us := time.Microsecond
-	width := func(n int) (gw, aa [2]Interval, r *Result) {
+	width := func(n int) (gw, aa [2]overhead.Interval, r *overhead.Result) {
 		r = synthetic(n, 3, hops(60*us, 90*us, 60*us))
 		s := r.Resample([]float64{0.5, 0.99}, 400, 16, 1)
 		for qi := range 2 {
-			gw[qi] = s.RatioInterval(GatewayPylon, ProxyPylon, Pylon, qi, 0.95)
-			aa[qi] = s.RatioInterval(ControlPylon, ProxyPylon, Pylon, qi, 0.95)
+			gw[qi] = s.RatioInterval(overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon, qi, 0.95)
+			aa[qi] = s.RatioInterval(overhead.ControlPylon, overhead.ProxyPylon, overhead.Pylon, qi, 0.95)
 		}
 		return gw, aa, r
 	}
 	gwSmall, _, _ := width(2000)
 	gw, aa, r := width(20000)
 	for qi, q := range []float64{0.5, 0.99} {
-		if own := r.Ratio(GatewayPylon, ProxyPylon, Pylon, q); !gw[qi].Contains(own) {
+		if own := r.Ratio(overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon, q); !gw[qi].Contains(own) {
 			t.Errorf("q%v: interval %v leaves out the run's own ratio %.3f", q, gw[qi], own)
 		}
 		if gw[qi].Contains(1) || gw[qi].Lo < 1.25 {
@@ -76,7 +79,7 @@ func TestRatioIntervalFindsTheTruthAndNarrowsWithMoreRounds(t *testing.T) {
 func TestRatioIntervalWithoutProxyLatencyIsUnbounded(t *testing.T) {
 	t.Parallel()
 	r := synthetic(500, 5, hops(0, 30*time.Microsecond, 0))
-	in := r.Resample([]float64{0.5}, 50, 8, 1).RatioInterval(GatewayPylon, ProxyPylon, Pylon, 0, 0.95)
+	in := r.Resample([]float64{0.5}, 50, 8, 1).RatioInterval(overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon, 0, 0.95)
 	if !math.IsInf(in.Hi, 1) {
 		t.Errorf("interval %v, want an unbounded upper end", in)
 	}
@@ -86,8 +89,8 @@ func TestRatioIntervalWithoutProxyLatencyIsUnbounded(t *testing.T) {
 func TestResampleOfUnevenPathsClaimsNothing(t *testing.T) {
 	t.Parallel()
 	r := synthetic(200, 6, hops(50*time.Microsecond, 60*time.Microsecond, 50*time.Microsecond))
-	r.Rounds[GatewayPylon] = r.Rounds[GatewayPylon][:100]
-	in := r.Resample([]float64{0.5}, 20, 8, 1).RatioInterval(GatewayPylon, ProxyPylon, Pylon, 0, 0.95)
+	r.Rounds[overhead.GatewayPylon] = r.Rounds[overhead.GatewayPylon][:100]
+	in := r.Resample([]float64{0.5}, 20, 8, 1).RatioInterval(overhead.GatewayPylon, overhead.ProxyPylon, overhead.Pylon, 0, 0.95)
 	if !math.IsInf(in.Hi, 1) {
 		t.Errorf("interval %v, want an unbounded one", in)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard/bench/fleet"
 	"github.com/switchyard/switchyard/bench/overhead"
+	"github.com/switchyard/switchyard/bench/overhead/overheadtest"
 	"github.com/switchyard/switchyard/bench/score"
 	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
@@ -49,14 +50,14 @@ func TestLoadScenarioErrorsAreOneLine(t *testing.T) {
 	}
 }
 
-// overheadRun returns n synthetic rounds (overhead.Synthetic): every path is the same
+// overheadRun returns n synthetic rounds (overheadtest.Synthetic): every path is the same
 // baseline draw plus its hop's added latency (mean added[p], exponential noise).
 func overheadRun(n int, added map[int]time.Duration) *overhead.Result {
 	var a [overhead.NumPaths]time.Duration
 	for p, d := range added {
 		a[p] = d
 	}
-	return overhead.Synthetic(rand.New(rand.NewPCG(uint64(n), 9)), n, a)
+	return overheadtest.Synthetic(rand.New(rand.NewPCG(uint64(n), 9)), n, a)
 }
 
 // The report gives each ratio's interval and settles the budget from it: within, over, or
