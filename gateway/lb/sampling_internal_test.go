@@ -131,3 +131,10 @@ func TestUnlockMatchesSortedWalk(t *testing.T) {
 		}
 	})
 }
+
+// unlockSorted is the straightforward bucket walk: it sorts all of sc by (TTFT, cluster
+// id) and walks it from the fastest entry. unlock returns the same.
+func (c *wawConfig) unlockSorted(s *Snapshot, sc []scored, budget load.Millis) (unlocked int, next time.Duration) {
+	sortScored(s, sc)
+	return c.walk(s, sc, 0, sc[0].ttft, budget)
+}

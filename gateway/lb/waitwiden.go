@@ -467,7 +467,8 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 // partitions the entries within the bucket of the current start to the front and only
 // they are sorted: O(n × steps + m log m) for m unlocked entries. After maxPartitionSteps
 // steps (a long budget opening many sparse buckets) the rest is sorted and walked as
-// unlockSorted does. The result is the one unlockSorted gives.
+// the straightforward walk over every entry sorted does (unlockSorted in the tests). The
+// result is the one that walk gives.
 func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlocked int, next time.Duration) {
 	start := sc[0].ttft
 	for _, x := range sc[1:] {
@@ -509,13 +510,6 @@ func (c *wawConfig) unlock(s *Snapshot, sc []scored, budget load.Millis) (unlock
 
 // maxPartitionSteps is how many bucket steps unlock takes by partitioning before it sorts.
 const maxPartitionSteps = 4
-
-// unlockSorted is the straightforward bucket walk: it sorts all of sc by (TTFT, cluster
-// id) and walks it from the fastest entry. unlock returns the same.
-func (c *wawConfig) unlockSorted(s *Snapshot, sc []scored, budget load.Millis) (unlocked int, next time.Duration) {
-	sortScored(s, sc)
-	return c.walk(s, sc, 0, sc[0].ttft, budget)
-}
 
 // sortScored sorts sc by (TTFT, cluster id).
 func sortScored(s *Snapshot, sc []scored) {
