@@ -200,6 +200,13 @@ func (s *streamGuard) CloseWithError(err error) error {
 	return cerr //nolint:wrapcheck // the pylon stream's own close error
 }
 
+// WriteTo copies the guarded stream to w through a 2 KiB pooled buffer
+// (relay.CopyStream): fasthttp uses it instead of Read and its own 4 KiB buffer.
+func (s *streamGuard) WriteTo(w io.Writer) (int64, error) { return relay.CopyStream(w, s) }
+
+// SupportsBodyWriteTo tells fasthttp that WriteTo may replace the Read loop.
+func (*streamGuard) SupportsBodyWriteTo() bool { return true }
+
 // streamGuard has no Close method: fasthttp would call it before CloseWithError.
 
 // maxPooledBody bounds the read buffers bufferBody keeps for reuse.

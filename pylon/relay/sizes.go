@@ -1,5 +1,11 @@
 package relay
 
+import (
+	"errors"
+	"io"
+	"sync"
+)
+
 // Connection caps and buffer sizes of the gateway's and the pylon's HTTP clients and
 // servers, chosen for memory per open stream: a stream holds one client connection and
 // one upstream connection in each proxy for as long as the engine generates, so every
@@ -33,3 +39,36 @@ const ClientWriteBuffer = 2 << 10
 // relayed stream lasts. It must hold the engine's response headers (a few hundred bytes
 // from vLLM, SGLang or the mock engine); larger reads of a body go around it.
 const EngineReadBuffer = 2 << 10
+
+// copyChunk is the buffer CopyStream copies a relayed body through.
+const copyChunk = 2 << 10
+
+var copyBufs = sync.Pool{New: func() any { return new([copyChunk]byte) }}
+
+// CopyStream copies r to w until r's io.EOF through a pooled 2 KiB buffer, as fasthttp's
+// own loop for a streamed body does through its 4 KiB one: each read is written at once (a
+// chunk, flushed), io.EOF ends the copy without an error, any other read error or a write
+// error ends it with that error. The gateway's and the pylon's body streams implement
+// fasthttp's BodyWriterTo with it, so an open stream holds 2 KiB for its copy instead of
+// 4 KiB.
+func CopyStream(w io.Writer, r io.Reader) (int64, error) {
+	buf := copyBufs.Get().(*[copyChunk]byte) //nolint:forcetypeassert // the pool holds nothing else
+	defer copyBufs.Put(buf)
+	var total int64
+	for {
+		n, err := r.Read(buf[:])
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			if werr != nil {
+				return total, werr //nolint:wrapcheck // the writer's own error, as fasthttp's loop returns it
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err //nolint:wrapcheck // the stream's own error, as fasthttp's loop returns it
+		}
+	}
+}

@@ -1,7 +1,12 @@
 package relay_test
 
 import (
+	"errors"
+	"io"
+	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/pylon/relay"
 )
@@ -17,3 +22,59 @@ func TestUpstreamConnCapFollowsTheClientCap(t *testing.T) {
 		}
 	}
 }
+
+// chunkReader returns its parts one per Read, then err.
+type chunkReader struct {
+	parts []string
+	err   error
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.parts) == 0 {
+		return 0, c.err
+	}
+	n := copy(p, c.parts[0])
+	c.parts[0] = c.parts[0][n:]
+	if c.parts[0] == "" {
+		c.parts = c.parts[1:]
+	}
+	return n, nil
+}
+
+// writeLog records each Write; it fails from the failAt-th on (0: never).
+type writeLog struct {
+	got    []string
+	failAt int
+}
+
+func (w *writeLog) Write(p []byte) (int, error) {
+	if w.failAt > 0 && len(w.got)+1 >= w.failAt {
+		return 0, errors.New("client gone")
+	}
+	w.got = append(w.got, string(p))
+	return len(p), nil
+}
+
+func TestCopyStreamWritesEachReadAndEndsLikeFasthttpsLoop(t *testing.T) {
+	big := strings.Repeat("x", 5000) // over the 2 KiB buffer: three writes
+	w := &writeLog{}
+	n, err := relay.CopyStream(w, &chunkReader{parts: []string{"data: a\n\n", big, "data: [DONE]\n\n"}, err: io.EOF})
+	if err != nil || n != int64(len("data: a\n\n")+len(big)+len("data: [DONE]\n\n")) {
+		t.Fatalf("CopyStream = %d, %v", n, err)
+	}
+	if len(w.got) != 5 || w.got[0] != "data: a\n\n" || w.got[4] != "data: [DONE]\n\n" || strings.Join(w.got[1:4], "") != big {
+		t.Fatalf("writes %q", w.got)
+	}
+
+	broken := errors.New("upstream reset")
+	if _, err := relay.CopyStream(&writeLog{}, &chunkReader{parts: []string{"data: a\n\n"}, err: broken}); !errors.Is(err, broken) {
+		t.Fatalf("read error: got %v, want %v", err, broken)
+	}
+	w = &writeLog{failAt: 2}
+	if _, err := relay.CopyStream(w, &chunkReader{parts: []string{"a", "b", "c"}, err: io.EOF}); err == nil || len(w.got) != 1 {
+		t.Fatalf("write error: got %v after %d writes", err, len(w.got))
+	}
+}
+
+// fasthttp copies a body stream through WriteTo only when it says so.
+var _ fasthttp.BodyWriterTo = (*relay.Stream)(nil)

@@ -106,6 +106,13 @@ func (s *Stream) CloseWithError(err error) error {
 	return cerr
 }
 
+// WriteTo copies the stream to w through a 2 KiB pooled buffer (CopyStream): fasthttp
+// uses it instead of Read and its own 4 KiB buffer (BodyWriterTo).
+func (s *Stream) WriteTo(w io.Writer) (int64, error) { return CopyStream(w, s) }
+
+// SupportsBodyWriteTo tells fasthttp that WriteTo may replace the Read loop.
+func (*Stream) SupportsBodyWriteTo() bool { return true }
+
 // Stream has no Close method on purpose: fasthttp calls Close (when there is one) before
 // CloseWithError, and a Close that finished the stream would hide CloseWithError's write
 // error, the sign that the client went away.
