@@ -40,7 +40,3 @@ func TestBodyStreamDetach(t *testing.T) {
 		t.Errorf("the detached stream was closed %d times", bs.closed)
 	}
 }
-
-// fasthttp copies the guarded stream through its WriteTo (a 2 KiB buffer, not fasthttp's
-// 4 KiB one) only when it says so.
-var _ fasthttp.BodyWriterTo = (*streamGuard)(nil)
