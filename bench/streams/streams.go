@@ -46,6 +46,9 @@ type Result struct {
 	TTFB []time.Duration
 	// Errors counts failed streams by kind ("dial", "status 503", "cut", "timeout", …).
 	Errors map[string]int
+	// Samples holds, for each failure kind that had an answer, the start of the first such
+	// answer (at most 300 bytes: the status line, headers and the error body).
+	Samples map[string]string
 	// OK counts the streams that ended with [DONE] after a 200.
 	OK int
 	// AllOpen is how long it took until every stream had its first byte or had failed.
@@ -97,7 +100,7 @@ func Run(ctx context.Context, opts Options, allOpen func(open func() int)) (*Res
 	defer cancel()
 	var (
 		mu     sync.Mutex
-		res    = &Result{Errors: map[string]int{}, TTFB: make([]time.Duration, 0, opts.N)}
+		res    = &Result{Errors: map[string]int{}, Samples: map[string]string{}, TTFB: make([]time.Duration, 0, opts.N)}
 		open   int
 		wg     sync.WaitGroup
 		opened sync.WaitGroup // done when a stream has its first byte or has failed
@@ -121,7 +124,7 @@ func Run(ctx context.Context, opts Options, allOpen func(open func() int)) (*Res
 				mu.Unlock()
 				opened.Done()
 			}
-			kind := stream(ctx, opts, req, markOpen)
+			kind, sample := stream(ctx, opts, req, markOpen)
 			if !first {
 				<-slots
 				opened.Done()
@@ -134,6 +137,9 @@ func Run(ctx context.Context, opts Options, allOpen func(open func() int)) (*Res
 				res.OK++
 			} else {
 				res.Errors[kind]++
+				if _, ok := res.Samples[kind]; !ok && sample != "" {
+					res.Samples[kind] = sample
+				}
 			}
 			mu.Unlock()
 		})
@@ -156,8 +162,9 @@ func Run(ctx context.Context, opts Options, allOpen func(open func() int)) (*Res
 }
 
 // stream runs one stream; it calls first with the time to first byte when the answer
-// starts and returns "" for a success, else the kind of failure.
-func stream(ctx context.Context, opts Options, req []byte, first func(time.Duration)) string {
+// starts and returns "" for a success, else the kind of failure and, for an answer that
+// was not a 200, its first bytes.
+func stream(ctx context.Context, opts Options, req []byte, first func(time.Duration)) (kind, sample string) {
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	start := time.Now()
@@ -165,27 +172,28 @@ func stream(ctx context.Context, opts Options, req []byte, first func(time.Durat
 	c, err := d.DialContext(ctx, "tcp", opts.Addr)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ended(ctx)
+			return ended(ctx), ""
 		}
-		return "dial"
+		return "dial", ""
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer stop()
 	defer c.Close()
 	if _, err := c.Write(req); err != nil {
-		return orEnded(ctx, "write")
+		return orEnded(ctx, "write"), ""
 	}
 	var buf [readBuf]byte
 	n, err := c.Read(buf[:])
 	if n == 0 {
-		return orEnded(ctx, "no answer")
+		return orEnded(ctx, "no answer"), ""
 	}
 	first(time.Since(start))
 	if !bytes.HasPrefix(buf[:n], []byte("HTTP/1.1 200 ")) {
+		sample = string(buf[:min(n, 300)])
 		if i := bytes.IndexByte(buf[:n], '\r'); i > len("HTTP/1.1 ") {
-			return "status " + string(buf[len("HTTP/1.1 "):min(i, len("HTTP/1.1 ")+3)])
+			return "status " + string(buf[len("HTTP/1.1 "):min(i, len("HTTP/1.1 ")+3)]), sample
 		}
-		return "bad answer"
+		return "bad answer", sample
 	}
 	// Find [DONE] across reads: keep the previous read's tail in front of the next one.
 	keep := len(doneMarker) - 1
@@ -203,9 +211,9 @@ func stream(ctx context.Context, opts Options, req []byte, first func(time.Durat
 		tail += n
 	}
 	if done {
-		return ""
+		return "", ""
 	}
-	return orEnded(ctx, "cut")
+	return orEnded(ctx, "cut"), ""
 }
 
 // orEnded is ctx's end as a failure kind when it has ended, else kind.
