@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/tlsx"
+	"github.com/switchyard/switchyard/internal/tracing"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -55,6 +56,8 @@ type cli struct {
 	EnableTestControl     bool          `name:"enable-test-control" help:"Serve the fault-injection endpoints under /test-control (tests and benchmarks only: anyone who reaches the engine can then inject failures, hangs and delays). Off: they answer 404."`
 	// The listener's connection limits.
 	Limits httpserver.Flags `embed:""`
+	// --otlp-endpoint and --trace-sample (docs/tracing.md).
+	Tracing tracing.Flags `embed:""`
 
 	// The millisecond forms of the durations above, from before they took Go durations
 	// (the bench and older scripts pass them); hidden, applied by cmdline.ApplyMillis.
@@ -109,7 +112,7 @@ func (c *cli) Validate(kctx *kong.Context) error {
 	if c.TimeScale <= 0 {
 		return errTimeScale
 	}
-	return errors.Join(c.Limits.Validate(), c.config().Validate())
+	return errors.Join(c.Limits.Validate(), c.Tracing.Validate(), c.config().Validate())
 }
 
 func (c *cli) Run() error {
@@ -117,7 +120,12 @@ func (c *cli) Run() error {
 	if err != nil {
 		return cmdline.Config(err)
 	}
-	eng, err := mock.New(c.config(), mock.Deps{Logger: logger})
+	tracer, stopTracing, err := c.Tracing.Start("engine", version)
+	if err != nil {
+		return cmdline.Config(err)
+	}
+	defer flushTraces(stopTracing)
+	eng, err := mock.New(c.config(), mock.Deps{Logger: logger, Tracer: tracer})
 	if err != nil {
 		return cmdline.Config(err)
 	}
@@ -130,6 +138,13 @@ func (c *cli) Run() error {
 func options() []kong.Option {
 	return cmdline.Options("engine",
 		"Switchyard engine: mock OpenAI-compatible inference engine with a realistic timing model and prefix KV cache.", version)
+}
+
+// flushTraces sends the spans still buffered, waiting at most 5 s.
+func flushTraces(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = stop(ctx)
 }
 
 func main() { cmdline.Main(&cli{}, options()...) }

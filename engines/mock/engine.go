@@ -17,6 +17,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/engines/kvcache"
 	"github.com/switchyard/switchyard/engines/latency"
@@ -31,6 +32,9 @@ type Deps struct {
 	Now func() time.Time
 	// Logger receives the engine's logs (default: discarded).
 	Logger *slog.Logger
+	// Tracer, when not nil, gets one span per generation, a child of the request's
+	// traceparent (tracing.go).
+	Tracer trace.Tracer
 }
 
 // modelState is one served model: its metrics and fault controls.
@@ -53,7 +57,8 @@ type counterKey struct {
 // with Close.
 type Engine struct {
 	cfg     Config
-	tls     *tls.Config // nil = plain HTTP
+	tracer  trace.Tracer // nil: tracing off
+	tls     *tls.Config  // nil = plain HTTP
 	now     func() time.Time
 	log     *slog.Logger
 	legacy  latency.Legacy
@@ -101,6 +106,7 @@ func New(cfg Config, deps Deps) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg:         cfg,
+		tracer:      deps.Tracer,
 		now:         deps.Now,
 		log:         deps.Logger.With("component", "engine"),
 		legacy:      cfg.legacy(),

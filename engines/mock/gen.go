@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/zeebo/xxh3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/engines/kvcache"
 	"github.com/switchyard/switchyard/engines/latency"
@@ -114,6 +115,7 @@ type gen struct {
 	notify    chan struct{}
 
 	emitted    int
+	span       trace.Span // nil: tracing off
 	slot       bool
 	admitted   bool
 	finishOnce sync.Once
@@ -272,6 +274,7 @@ func (g *gen) finish() {
 		if !g.admitted {
 			return
 		}
+		g.endSpan()
 		e.liveKV.Add(-g.kvTokens())
 		if g.slot {
 			<-e.sem
@@ -383,11 +386,13 @@ func (e *Engine) generate(ctx *fasthttp.RequestCtx, ep endpoint) error {
 	if err := g.admit(); err != nil {
 		return err
 	}
+	g.span = e.startSpan(&ctx.Request.Header, g)
 	e.hub.publish(id, ms.name, 0, 0, false)
 	if err := g.prefill(); err != nil {
 		g.finish()
 		return err
 	}
+	g.prefilled()
 	e.hub.publish(id, ms.name, req.inputTokens, 0, false)
 	if ep == epEmbeddings {
 		g.emit(0)

@@ -25,7 +25,13 @@ type harness struct {
 
 func start(tb testing.TB, cfg mock.Config) *harness {
 	tb.Helper()
-	eng, err := mock.New(cfg, mock.Deps{})
+	return startWith(tb, cfg, mock.Deps{})
+}
+
+// startWith is start with the engine's dependencies.
+func startWith(tb testing.TB, cfg mock.Config, deps mock.Deps) *harness {
+	tb.Helper()
+	eng, err := mock.New(cfg, deps)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
