@@ -24,15 +24,18 @@ import (
 // One streamed request through an in-process gateway, pylon and mock engine, both
 // binaries tracing to in-memory exporters: the client's trace id is the trace id of every
 // span, gateway.request is the child of the client's span, gateway.route, gateway.attempt
-// and gateway.stream are its children, pylon.relay is the attempt's child, and the engine
-// gets a traceparent of the same trace whose parent is the relay span.
+// and gateway.stream are its children, pylon.relay is the attempt's child, the engine gets
+// a traceparent of the same trace whose parent is the relay span, and the engine's own
+// engine.generate span is the relay's child.
 func TestTraceOneStreamedRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gwExp, pyExp := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
+		gwExp, pyExp, enExp := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
 		gwTP := tracing.NewProvider(sdktrace.NewSimpleSpanProcessor(gwExp), 1, "gateway", "test")
 		pyTP := tracing.NewProvider(sdktrace.NewSimpleSpanProcessor(pyExp), 1, "pylon", "test")
+		enTP := tracing.NewProvider(sdktrace.NewSimpleSpanProcessor(enExp), 1, "engine", "test")
 		defer func() { _ = gwTP.Shutdown(context.Background()) }()
 		defer func() { _ = pyTP.Shutdown(context.Background()) }()
+		defer func() { _ = enTP.Shutdown(context.Background()) }()
 
 		h := newHarnessDeps(t, gateway.Config{}, `{"default":"wait-and-widen"}`, gateway.Deps{Tracer: gwTP.Tracer("gateway")})
 		f := &fullStack{h: h}
@@ -46,7 +49,7 @@ func TestTraceOneStreamedRequest(t *testing.T) {
 
 		// The engine: the mock engine's handler behind one that notes each completion's
 		// traceparent.
-		eng, err := mock.New(mock.Config{NumTokens: 5, TokenDelay: time.Millisecond}, mock.Deps{})
+		eng, err := mock.New(mock.Config{NumTokens: 5, TokenDelay: time.Millisecond}, mock.Deps{Tracer: enTP.Tracer("engine")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +103,7 @@ func TestTraceOneStreamedRequest(t *testing.T) {
 		synctest.Wait() // the stream's end reaches both binaries
 
 		spans := map[string]tracetest.SpanStub{}
-		for _, s := range append(gwExp.GetSpans(), pyExp.GetSpans()...) {
+		for _, s := range append(append(gwExp.GetSpans(), pyExp.GetSpans()...), enExp.GetSpans()...) {
 			if _, dup := spans[s.Name]; dup {
 				t.Errorf("two %s spans", s.Name)
 			}
@@ -111,7 +114,7 @@ func TestTraceOneStreamedRequest(t *testing.T) {
 		}
 		want := map[string]string{ // span → its parent's name
 			"gateway.request": "client", "gateway.route": "gateway.request", "gateway.attempt": "gateway.request",
-			"gateway.stream": "gateway.request", "pylon.relay": "gateway.attempt",
+			"gateway.stream": "gateway.request", "pylon.relay": "gateway.attempt", "engine.generate": "pylon.relay",
 		}
 		for name, parent := range want {
 			s, ok := spans[name]
