@@ -21,8 +21,8 @@ import (
 	"github.com/switchyard/switchyard/pylon"
 )
 
-// One streamed request through an in-process gateway, pylon and mock engine, both
-// binaries tracing to in-memory exporters: the client's trace id is the trace id of every
+// One streamed request through an in-process gateway, pylon and mock engine, all three
+// tracing to in-memory exporters: the client's trace id is the trace id of every
 // span, gateway.request is the child of the client's span, gateway.route, gateway.attempt
 // and gateway.stream are its children, pylon.relay is the attempt's child, the engine gets
 // a traceparent of the same trace whose parent is the relay span, and the engine's own
