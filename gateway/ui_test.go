@@ -209,19 +209,35 @@ func TestStatusPageInChromium(t *testing.T) {
 		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
 		"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0", "--virtual-time-budget=1000",
 	}
-	dom, logs := runChromium(t, browser, append(args, "--dump-dom", url)...)
-	for _, want := range []string{"pylon-fast-0", "pylon-slow-1", "gw-ui-test", "power-of-n", "healthy", "5 / 8", "%"} {
-		if !strings.Contains(dom, want) {
-			t.Errorf("the rendered page lacks %q:\n%s", want, dom)
+	// A render is checked whole; a browser that started too slowly for its virtual-time
+	// budget (a loaded machine) gets two more tries, and the last try's problems fail the
+	// test (the earlier ones are logged).
+	var problems []string
+	for try := range 3 {
+		if try > 0 {
+			t.Logf("render %d: %s", try, strings.Join(problems, "\n"))
+		}
+		problems = problems[:0]
+		dom, logs := runChromium(t, browser, append(args, "--dump-dom", url)...)
+		for _, want := range []string{"pylon-fast-0", "pylon-slow-1", "gw-ui-test", "power-of-n", "healthy", "5 / 8", "%"} {
+			if !strings.Contains(dom, want) {
+				problems = append(problems, fmt.Sprintf("the rendered page lacks %q:\n%s", want, dom))
+			}
+		}
+		if strings.Contains(dom, `id="error" style="display: block`) {
+			problems = append(problems, fmt.Sprintf("the page shows an error:\n%q", dom))
+		}
+		for line := range strings.Lines(logs) {
+			if strings.Contains(line, ":CONSOLE") {
+				problems = append(problems, "console message: "+line)
+			}
+		}
+		if len(problems) == 0 {
+			break
 		}
 	}
-	if strings.Contains(dom, `id="error" style="display: block`) {
-		t.Errorf("the page shows an error:\n%q", dom)
-	}
-	for line := range strings.Lines(logs) {
-		if strings.Contains(line, ":CONSOLE") {
-			t.Errorf("console message: %s", line)
-		}
+	for _, p := range problems {
+		t.Error(p)
 	}
 	if shot := os.Getenv("SWITCHYARD_UI_SCREENSHOT"); shot != "" {
 		abs, err := filepath.Abs(shot)
