@@ -173,16 +173,23 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Traffic while the browser polls, so the page has shares to show.
+	// Traffic while the browser polls, so the page has shares to show. The page is what is
+	// tested: a request that fails is logged (the first one) and traffic goes on; only no
+	// answered request at all fails the test.
 	stop, trafficDone := make(chan struct{}), make(chan error, 1)
 	go func() {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
+		ok, failed := 0, 0
 		for {
 			select {
 			case <-stop:
-				trafficDone <- nil
+				if ok == 0 {
+					trafficDone <- fmt.Errorf("no chat request answered 200 (%d failed)", failed)
+				} else {
+					trafficDone <- nil
+				}
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
@@ -192,9 +199,13 @@ func TestStatusPageInChromium(t *testing.T) {
 			req.Header.Set(control.HeaderModel, benchModel)
 			req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-				trafficDone <- fmt.Errorf("chat: %w (status %d)", err, resp.StatusCode())
-				return
+				failed++
+				if failed == 1 {
+					t.Logf("chat: %v (status %d): %s", err, resp.StatusCode(), resp.Body())
+				}
+				continue
 			}
+			ok++
 		}
 	}()
 	defer func() {
