@@ -204,7 +204,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		closeErr := e.Close()
-		return errors.Join(closeErr, <-errc)
+		// The server's Shutdown closes only the listeners Serve has registered: a signal
+		// that arrives before Serve got that far would leave it serving for ever.
+		_ = ln.Close()
+		err := <-errc
+		if errors.Is(err, net.ErrClosed) {
+			err = nil
+		}
+		return errors.Join(closeErr, err)
 	case err := <-errc:
 		return errors.Join(err, e.Close())
 	}
