@@ -382,7 +382,7 @@ func (f *Fleet) poll(ctx context.Context, deadline time.Time, check func() error
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: %w (logs in %s)", errNotReady, err, f.cfg.LogDir)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := fleet.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -484,18 +484,6 @@ func (f *Fleet) EngineControl(ctx context.Context, i int, body string) error {
 		return fmt.Errorf("engine %d test-control: status %d", i, resp.StatusCode)
 	}
 	return nil
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // dialer is the suite's raw TCP dialer (slowloris, oversized bodies).

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/switchyard/switchyard/bench/fleet"
 )
 
 // suite is every scenario, in run order.
@@ -32,7 +34,7 @@ var suite = []scenario{
 // fault.
 func underLoad(ctx context.Context, e *env, c *Client, fault func(ctx context.Context) (time.Time, error)) (LoadStats, error) {
 	load := StartLoad(ctx, c, e.sz.workers, e.sz.pause, HangBound, MixedRequest)
-	err := sleep(ctx, e.sz.pre)
+	err := fleet.Sleep(ctx, e.sz.pre)
 	var at time.Time
 	if err == nil {
 		at, err = fault(ctx)
@@ -57,7 +59,7 @@ func watchRoutableIs(ctx context.Context, f *Fleet, id string, want bool, from t
 				out <- time.Since(from)
 				return
 			}
-			if sleep(ctx, 50*time.Millisecond) != nil {
+			if fleet.Sleep(ctx, 50*time.Millisecond) != nil {
 				break
 			}
 		}
@@ -99,7 +101,7 @@ func backendFault(ctx context.Context, e *env, f *Fleet, c *Client, watch time.D
 func killUnderLoad(ctx context.Context, e *env, f *Fleet, c *Client, victim string) ScenarioResult {
 	return backendFault(ctx, e, f, c, e.sz.post,
 		func() error { return f.Kill(victim) },
-		func(ctx context.Context) error { return sleep(ctx, e.sz.post) },
+		func(ctx context.Context) error { return fleet.Sleep(ctx, e.sz.post) },
 		fmt.Sprintf("kill -9 %s after %v of load from %d workers; the load went on %v", victim, e.sz.pre, e.sz.workers, e.sz.post))
 }
 
@@ -116,12 +118,12 @@ func runPylonFreeze(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioRe
 	return backendFault(ctx, e, f, c, e.sz.freeze,
 		func() error { return f.Signal(victim, syscall.SIGSTOP) },
 		func(ctx context.Context) error {
-			err := sleep(ctx, e.sz.freeze)
+			err := fleet.Sleep(ctx, e.sz.freeze)
 			if cerr := f.Signal(victim, syscall.SIGCONT); err == nil {
 				err = cerr
 			}
 			if err == nil {
-				err = sleep(ctx, e.sz.post)
+				err = fleet.Sleep(ctx, e.sz.post)
 			}
 			return err
 		},
@@ -142,7 +144,7 @@ func runGatewayRestart(ctx context.Context, e *env, f *Fleet, c *Client) Scenari
 		if f.WaitRoutable(ctx, Backends, e.sz.post) == nil {
 			recovered = time.Since(at)
 		}
-		return at, sleep(ctx, e.sz.post-time.Since(at))
+		return at, fleet.Sleep(ctx, e.sz.post-time.Since(at))
 	})
 	r.Load, r.Err = stats, err
 	r.Measured = append(r.Measured, fmt.Sprintf("kill -9 the gateway after %v of load and start it again at once on the same ports", e.sz.pre))
@@ -207,7 +209,7 @@ const oversizedWarmUp = 2 * time.Second
 func runOversized(ctx context.Context, e *env, f *Fleet, c *Client) (r ScenarioResult) {
 	load := StartLoad(ctx, c, 2, e.sz.pause, HangBound, MixedRequest)
 	defer func() { r.Load = Summarize(load.Stop(), time.Time{}) }()
-	if err := sleep(ctx, oversizedWarmUp); err != nil {
+	if err := fleet.Sleep(ctx, oversizedWarmUp); err != nil {
 		r.Err = err
 		return r
 	}
@@ -250,7 +252,7 @@ func runOversized(ctx context.Context, e *env, f *Fleet, c *Client) (r ScenarioR
 	for i, n := range ProcNames {
 		r.Checks = append(r.Checks, GrowthCheck(n, base[i], peaks[i], MaxRSSGrowth))
 	}
-	if err := sleep(ctx, e.sz.settle); err != nil {
+	if err := fleet.Sleep(ctx, e.sz.settle); err != nil {
 		r.Err = err
 		return r
 	}
@@ -332,7 +334,7 @@ func runClientCancel(ctx context.Context, e *env, f *Fleet, c *Client) (r Scenar
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got = gatewayMetric(ctx, f, metricPrefix+"requests_total", status499) - base499
-		if int(got) >= cancelled || time.Now().After(deadline) || sleep(ctx, 100*time.Millisecond) != nil {
+		if int(got) >= cancelled || time.Now().After(deadline) || fleet.Sleep(ctx, 100*time.Millisecond) != nil {
 			break
 		}
 	}
@@ -419,7 +421,7 @@ func runPylonRejoin(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioRe
 	stats, err := func() (LoadStats, error) {
 		load := StartLoad(ctx, c, 1, 0, HangBound, MixedRequest) // serial, back to back
 		defer load.Stop()
-		if err := sleep(ctx, e.sz.pre); err != nil {
+		if err := fleet.Sleep(ctx, e.sz.pre); err != nil {
 			return LoadStats{}, err
 		}
 		at := time.Now()
@@ -433,7 +435,7 @@ func runPylonRejoin(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioRe
 			return LoadStats{}, err
 		}
 		back := watchRoutableIs(ctx, f, id, true, restartAt, RejoinWindow)
-		if err := sleep(ctx, RejoinWindow); err != nil {
+		if err := fleet.Sleep(ctx, RejoinWindow); err != nil {
 			return LoadStats{}, err
 		}
 		if d := <-back; d >= 0 {
@@ -471,7 +473,7 @@ func runPylonRejoin(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioRe
 
 func runIdleBursts(ctx context.Context, e *env, _ *Fleet, c *Client) ScenarioResult {
 	var r ScenarioResult
-	if err := sleep(ctx, e.sz.idle); err != nil {
+	if err := fleet.Sleep(ctx, e.sz.idle); err != nil {
 		r.Err = err
 		return r
 	}
@@ -486,7 +488,7 @@ func runIdleBursts(ctx context.Context, e *env, _ *Fleet, c *Client) ScenarioRes
 			wg.Go(func() { ledger.Finish(id, c.Do(ctx, req, HangBound)) })
 		}
 		wg.Wait()
-		if b < e.sz.bursts-1 && sleep(ctx, e.sz.burstGap) != nil {
+		if b < e.sz.bursts-1 && fleet.Sleep(ctx, e.sz.burstGap) != nil {
 			break
 		}
 	}

@@ -187,7 +187,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 				settled = false
 			}
 		}
-		if settled || time.Now().After(settleBy) || sleep(ctx, 500*time.Millisecond) != nil {
+		if settled || time.Now().After(settleBy) || fleet.Sleep(ctx, 500*time.Millisecond) != nil {
 			break
 		}
 	}
@@ -281,7 +281,7 @@ func (s *soak) run(ctx context.Context, load *Load) error {
 			nextFault = nextFault.Add(s.o.FaultEvery)
 		}
 		wait := min(time.Until(nextSample), time.Until(nextFault), time.Until(end))
-		if err := sleep(ctx, max(wait, 10*time.Millisecond)); err != nil {
+		if err := fleet.Sleep(ctx, max(wait, 10*time.Millisecond)); err != nil {
 			return err
 		}
 	}
@@ -305,14 +305,14 @@ func (s *soak) inject(ctx context.Context, n int) {
 		}
 		what = "kill -9 " + name + ", restart after " + soakRestartAfter.String()
 		if err = s.f.Kill(name); err == nil {
-			_ = sleep(ctx, soakRestartAfter)
+			_ = fleet.Sleep(ctx, soakRestartAfter)
 			err = s.f.Restart(name)
 		}
 	case 2:
 		name := PylonName(backend)
 		what = "SIGSTOP " + name + " for " + soakFreeze.String()
 		if err = s.f.Signal(name, syscall.SIGSTOP); err == nil {
-			_ = sleep(ctx, soakFreeze)
+			_ = fleet.Sleep(ctx, soakFreeze)
 			err = s.f.Signal(name, syscall.SIGCONT)
 		}
 	default:
@@ -323,7 +323,7 @@ func (s *soak) inject(ctx context.Context, n int) {
 			break
 		}
 		if err = s.f.EngineControl(ctx, backend, body); err == nil {
-			_ = sleep(ctx, soakInjectFor)
+			_ = fleet.Sleep(ctx, soakInjectFor)
 			err = s.f.EngineControl(context.WithoutCancel(ctx), backend, "{}")
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -108,7 +107,7 @@ func (c *controlPlaneCmd) Run() error {
 	}
 	defer sim.Stop()
 	fmt.Fprintf(os.Stderr, "%d pylons heartbeating every %v to %d gateway(s): %v warm-up, then %v measured…\n", c.Pylons, c.Rate, c.Gateways, c.Warmup, c.Duration)
-	if err := sleepCtx(ctx, c.Warmup); err != nil {
+	if err := fleet.Sleep(ctx, c.Warmup); err != nil {
 		return err
 	}
 	sentBefore := make([]int64, len(admins))
@@ -120,7 +119,7 @@ func (c *controlPlaneCmd) Run() error {
 		go func() { profDone <- saveCPUProfile(c.Profile, admins[0], c.Duration) }()
 	}
 	cpuBefore, start := cpuTimes(procs), time.Now()
-	if err := sleepCtx(ctx, c.Duration); err != nil {
+	if err := fleet.Sleep(ctx, c.Duration); err != nil {
 		return err
 	}
 	cpuAfter, window := cpuTimes(procs), time.Since(start)
@@ -164,18 +163,6 @@ func (c *controlPlaneCmd) Run() error {
 		return fmt.Errorf("%d registrations failed, the first: %s (logs in %s)", failures, msg, logs)
 	}
 	return nil
-}
-
-// sleepCtx waits d or until ctx ends (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // saveCPUProfile saves a CPU profile of the gateway on admin over d in dir.
