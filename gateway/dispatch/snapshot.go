@@ -130,29 +130,40 @@ func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
 	if !on && !s.corrected {
 		return
 	}
-	pooled := 0.0
-	if on {
-		logSum, n := 0.0, 0
-		for i := range snap.Candidates {
-			if f := s.cells[i].learned(); f > 0 {
-				logSum += math.Log(f)
-				n++
-			}
-		}
-		if n > 0 {
-			pooled = math.Exp(logSum / float64(n))
-		}
-	}
+	cold := false
 	for i := range snap.Candidates {
 		f := 0.0
 		if on {
-			if f = s.cells[i].learned(); f == 0 {
-				f = pooled
-			}
+			f = s.cells[i].learned()
+			cold = cold || f == 0
 		}
 		snap.Candidates[i].Correction = f
 	}
+	if cold {
+		s.poolCold(snap)
+	}
 	s.corrected = on
+}
+
+// poolCold gives the candidates whose correction is not warm (Correction 0) the geometric
+// mean of the warm ones' factors; the logarithms are taken only while some cluster is cold.
+func (s *Scheduler) poolCold(snap *lb.Snapshot) {
+	logSum, n := 0.0, 0
+	for i := range snap.Candidates {
+		if f := snap.Candidates[i].Correction; f > 0 {
+			logSum += math.Log(f)
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	pooled := math.Exp(logSum / float64(n))
+	for i := range snap.Candidates {
+		if snap.Candidates[i].Correction == 0 {
+			snap.Candidates[i].Correction = pooled
+		}
+	}
 }
 
 // fullRebuildEvery bounds how long the snapshot is only patched in place: a whole rebuild
