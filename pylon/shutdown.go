@@ -3,6 +3,7 @@ package pylon
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 )
 
@@ -71,8 +72,15 @@ func (p *Pylon) stopServing(serveErr <-chan error) error {
 		p.log.Error("drain_timeout_handlers_abandoned", "inflight", p.inflight.Load(), "err", <-stopped)
 		err = errHandlersAbandoned
 	}
+	// The server's shutdown closes only the listener Serve has registered: a signal that
+	// arrives before Serve got that far would leave it serving for ever.
+	_ = p.ln.Close()
 	if serveErr != nil {
-		err = errors.Join(err, <-serveErr)
+		serr := <-serveErr
+		if errors.Is(serr, net.ErrClosed) {
+			serr = nil
+		}
+		err = errors.Join(err, serr)
 	}
 	return err
 }

@@ -107,7 +107,7 @@ func TestBadConfigExitsWithStatus2(t *testing.T) {
 func TestJSONLogsAndCleanExit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mocktest.Binary(t, "../engine"), "--http-listen-addr", mocktest.FreeAddr(t), "--log-format", "json", "--log-level", "debug")
+	cmd := mocktest.Command(ctx, mocktest.Binary(t, "../engine"), "--http-listen-addr", mocktest.FreeAddr(t), "--log-format", "json", "--log-level", "debug")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

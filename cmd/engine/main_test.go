@@ -33,7 +33,7 @@ func TestLoopbackRealBinary(t *testing.T) {
 	addr := mocktest.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--http-listen-addr", addr, "--num-tokens", "4",
+	cmd := mocktest.Command(ctx, bin, "--http-listen-addr", addr, "--num-tokens", "4",
 		"--token-delay-ms", "5", "--ttft-ms", "10", "--max-concurrent-requests", "3")
 	cmd.Env = append(os.Environ(), "SWITCHYARD_ENGINE_MODEL_NAME=loop-model")
 	cmd.Stderr = os.Stderr

@@ -120,7 +120,7 @@ func TestConfigTypoExitsWithStatus2(t *testing.T) {
 func TestJSONLogsAndCleanExit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mocktest.Binary(t, "../gateway"),
+	cmd := mocktest.Command(ctx, mocktest.Binary(t, "../gateway"),
 		"--http-listen-addr", mocktest.FreeAddr(t), "--admin-listen-addr", mocktest.FreeAddr(t), "--log-level", "debug")
 	cmd.Env = append(os.Environ(), "SWITCHYARD_GATEWAY_LOG_FORMAT=json")
 	stderr, err := cmd.StderrPipe()

@@ -127,7 +127,7 @@ func TestJSONLogsHaveOneComponent(t *testing.T) {
 		_ = engine.Process.Signal(syscall.SIGTERM)
 		_ = engine.Wait()
 	}()
-	cmd := exec.CommandContext(ctx, mocktest.Binary(t, "../pylon"), "--log-format", "json",
+	cmd := mocktest.Command(ctx, mocktest.Binary(t, "../pylon"), "--log-format", "json",
 		"--http-listen-addr", mocktest.FreeAddr(t), "--admin-listen-addr", mocktest.FreeAddr(t),
 		"--upstream-http-base-url", "http://"+engineAddr, "--initial-input-tps", "1000", "--gateway", "http://127.0.0.1:1")
 	stderr, err := cmd.StderrPipe()

@@ -111,6 +111,12 @@ func TestPanicAnswersAtOnceAndRecovers(t *testing.T) {
 		parked = r.route(pid, &e, 10*time.Second)
 		synctest.Wait()
 
+		// The backend frees its slot, and the failing instance is never told: only the
+		// restarted one can know it, from the views it restores. (Changed before the panic:
+		// the restore may read the views as soon as the failure has been answered.)
+		r.mu.Lock()
+		r.views[0].Load.RunningRequests = 0
+		r.mu.Unlock()
 		panicked := time.Now()
 		poisoned := r.poison(pid)
 		for what, p := range map[string]*dispatch.Pending{"the panicking request": poisoned, "the parked request": parked} {
@@ -119,10 +125,6 @@ func TestPanicAnswersAtOnceAndRecovers(t *testing.T) {
 			}
 		}
 
-		// The backend frees its slot; the restarted scheduler learns it from the views.
-		r.mu.Lock()
-		r.views[0].Load.RunningRequests = 0
-		r.mu.Unlock()
 		next := r.route(pid, &e, 0)
 		if out := answer(t, next, time.Second, "the next request"); out.Kind != dispatch.OutcomeGranted || out.BackendID != "b" {
 			t.Errorf("the next request: %+v, want granted to b", out)

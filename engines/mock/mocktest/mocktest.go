@@ -7,13 +7,16 @@ package mocktest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -164,4 +167,14 @@ func Loopback(t *testing.T) (net.Listener, net.Conn) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return ln, c
+}
+
+// Command is exec.CommandContext for a long-running binary under test: when ctx ends
+// first, the process gets SIGQUIT instead of SIGKILL, so a hung binary prints every
+// goroutine's stack to its stderr (which the test shows) before it exits.
+func Command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }
