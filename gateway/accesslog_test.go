@@ -19,8 +19,8 @@ import (
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/logx"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // syncBuffer is a log sink the gateway's goroutines write to while the test reads it.
@@ -148,8 +148,8 @@ func TestAccessLogRetry(t *testing.T) {
 		h, sink := loggedHarness(t, gateway.Config{AccessLogSample: 1}, `{"default":"round-robin"}`)
 		h.register(h.pylon("a1", "a", idleLoad(), func(_ int, ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(429)
-			ctx.Response.Header.Set(control.HeaderRetryable, "true")
-			ctx.Response.Header.Set(control.HeaderRetryReason, control.RetryQueueEstimateMismatch)
+			ctx.Response.Header.Set(wire.HeaderRetryable, "true")
+			ctx.Response.Header.Set(wire.HeaderRetryReason, wire.RetryQueueEstimateMismatch)
 		}))
 		h.register(h.pylon("a2", "a", idleLoad(), nil))
 		sink.accessRecords(t)
@@ -197,8 +197,8 @@ func TestAccessLogErrorsOnly(t *testing.T) {
 						return
 					}
 					ctx.SetStatusCode(503)
-					ctx.Response.Header.Set(control.HeaderRetryable, "true")
-					ctx.Response.Header.Set(control.HeaderRetryReason, control.RetryUpstreamAdmission)
+					ctx.Response.Header.Set(wire.HeaderRetryable, "true")
+					ctx.Response.Header.Set(wire.HeaderRetryReason, wire.RetryUpstreamAdmission)
 					ctx.SetContentType("application/json")
 					ctx.SetBodyString(`{"error":{"message":"full","type":"server_error","code":"engine_full"}}`)
 				}))
@@ -266,9 +266,9 @@ func TestAccessLogSkippedRequestAllocatesNothing(t *testing.T) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI("/v1/chat/completions")
 	req.SetHost(c.Addr)
-	req.Header.Set(control.HeaderModel, benchModel)
-	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, benchRequestID)
+	req.Header.Set(wire.HeaderModel, benchModel)
+	req.Header.Set(wire.HeaderInputTokens, "3")
+	req.Header.Set(wire.HeaderRequestID, benchRequestID)
 	req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 	do := func() {
 		if err := c.Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {

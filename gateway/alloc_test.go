@@ -6,7 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // A routed, proxied non-streaming request allocates nothing in the gateway once warm: the
@@ -36,9 +36,9 @@ func TestGatewayRequestPathAllocatesNothing(t *testing.T) {
 		req.Header.SetMethod(fasthttp.MethodPost)
 		req.SetRequestURI("/v1/chat/completions")
 		req.SetHost(path.addr)
-		req.Header.Set(control.HeaderModel, benchModel)
-		req.Header.Set(control.HeaderInputTokens, "3")
-		req.Header.Set(control.HeaderRequestID, benchRequestID)
+		req.Header.Set(wire.HeaderModel, benchModel)
+		req.Header.Set(wire.HeaderInputTokens, "3")
+		req.Header.Set(wire.HeaderRequestID, benchRequestID)
 		req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 		do := func() {
 			if err := c.Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {

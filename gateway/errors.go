@@ -7,8 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Error classes of the front end; errors.Is matches them.
@@ -128,7 +128,7 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetStatusCode(he.status)
 	ctx.SetContentType("application/json")
 	if he.header {
-		ctx.Response.Header.Set(control.HeaderErrorCode, he.code)
+		ctx.Response.Header.Set(wire.HeaderErrorCode, he.code)
 	}
 	if he.retryAfter > 0 {
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(he.retryAfter))

@@ -11,8 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // docTable returns the rows of the markdown table of path whose header row starts with
@@ -86,11 +86,11 @@ func TestRejectionTable(t *testing.T) {
 			t.Fatalf("%s: body %q: %v", name, ctx.Response.Body(), err)
 		}
 		h := &ctx.Response.Header
-		if ctx.Response.StatusCode() != rj.status || string(h.Peek(control.HeaderErrorCode)) != rj.code ||
+		if ctx.Response.StatusCode() != rj.status || string(h.Peek(wire.HeaderErrorCode)) != rj.code ||
 			string(h.Peek(fasthttp.HeaderRetryAfter)) != ra || string(h.ContentType()) != "application/json" ||
 			body.Error != (errorDetail{Message: rj.msg, Type: "server_error", Code: rj.code}) {
 			t.Errorf("%s: wrote %d %q, Retry-After %q, body %s; want %+v", name, ctx.Response.StatusCode(),
-				h.Peek(control.HeaderErrorCode), h.Peek(fasthttp.HeaderRetryAfter), ctx.Response.Body(), rj)
+				h.Peek(wire.HeaderErrorCode), h.Peek(fasthttp.HeaderRetryAfter), ctx.Response.Body(), rj)
 		}
 	}
 	for name := range documented {

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Routing expressions (x-routing-method: <method>;<field>=<value>...) are parsed once per
@@ -155,5 +155,5 @@ func routingMethodError(err error) error {
 	if errors.As(err, &xe) {
 		return &httpError{status: 400, kind: "invalid_request_error", code: string(xe.Class), msg: xe.Error(), header: true}
 	}
-	return fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, control.HeaderRoutingMethod, err)
+	return fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, wire.HeaderRoutingMethod, err)
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/internal/promtext"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // handle is the public listener's handler: the OpenAI API, /v1/models, /healthz and
@@ -58,7 +58,7 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 	exempt := (path == "/metrics" && g.cfg.MetricsNoAuth) || path == uiPath
 	if !exempt && !g.adminAuthorized(path, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
 		g.metrics.inc(mAdminUnauthorized)
-		if strings.HasPrefix(path, control.RegistrationPath) {
+		if strings.HasPrefix(path, wire.RegistrationPath) {
 			g.metrics.inc(mRegistrations, "result", "unauthorized")
 		}
 		writeError(ctx, fmt.Errorf("%w: a valid bearer token is required (Authorization: Bearer <control token>)", ErrUnauthorized))
@@ -66,8 +66,8 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch {
-	case strings.HasPrefix(path, control.RegistrationPath):
-		g.handleControl(ctx, strings.TrimPrefix(path, control.RegistrationPath))
+	case strings.HasPrefix(path, wire.RegistrationPath):
+		g.handleControl(ctx, strings.TrimPrefix(path, wire.RegistrationPath))
 	case path == "/metrics":
 		g.handleMetrics(ctx)
 	case path == "/debug/state":
@@ -117,7 +117,7 @@ func (g *Gateway) anyRoutable() bool {
 			continue
 		}
 		for name := range b.Models {
-			if b.Models[name].Status == control.StatusActive {
+			if b.Models[name].Status == wire.StatusActive {
 				return true
 			}
 		}
@@ -150,7 +150,7 @@ func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 			return
 		}
 		g.metrics.inc(mRegistrations, "result", "accepted")
-		b, _ := json.Marshal(control.RegistrationAck{GatewayID: g.cfg.GatewayID, HeartbeatMs: uint64(max(g.cfg.Heartbeat.Milliseconds(), 0))})
+		b, _ := json.Marshal(wire.RegistrationAck{GatewayID: g.cfg.GatewayID, HeartbeatMs: uint64(max(g.cfg.Heartbeat.Milliseconds(), 0))})
 		ctx.SetContentType("application/json")
 		ctx.SetBody(b)
 	case ctx.IsDelete():
@@ -184,7 +184,7 @@ func (g *Gateway) activeModels() []string {
 		}
 		for name := range b.Models {
 			m := b.Models[name]
-			if m.Status == control.StatusActive {
+			if m.Status == wire.StatusActive {
 				seen[name] = true
 			}
 		}
@@ -251,7 +251,7 @@ func (g *Gateway) fleetGauges() fleetGauges {
 		for name := range b.Models {
 			m := b.Models[name]
 			t := dispatch.Target{RoutingKey: b.RoutingKey, Model: name}
-			if m.Status == control.StatusActive && b.HasRTT {
+			if m.Status == wire.StatusActive && b.HasRTT {
 				f.perTarget[t]++
 				routable = true
 			} else if _, ok := f.perTarget[t]; !ok {

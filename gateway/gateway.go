@@ -26,13 +26,13 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -84,7 +84,7 @@ type Config struct {
 	InsecureNoControlAuth bool
 	// WorkerCredentialsFile holds per-pylon registration credentials, "<inference-server-id>
 	// <token>" per line ("*": any pylon), re-read on change: a registration (PUT or DELETE
-	// of control.RegistrationPath + id) is accepted with a token listed for its id, or with
+	// of wire.RegistrationPath + id) is accepted with a token listed for its id, or with
 	// the control token. Other admin paths still need the control token.
 	WorkerCredentialsFile string
 	// MetricsNoAuth serves the admin /metrics without the token; PublicMetrics also serves
@@ -336,7 +336,7 @@ type Gateway struct {
 	adminTLS             *tls.Config // serverTLS plus the client-certificate check, if any
 	upstreamTLS          *tls.Config
 	listeners            listenerSet
-	limits               control.Limits // what a registration may hold
+	limits               wire.Limits // what a registration may hold
 	draining             atomic.Bool
 	idSeq                atomic.Uint64
 	idPrefix             string
@@ -380,7 +380,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		defer close(g.watchDone)
 		g.upstream.Watch(g.stopWatch)
 	}()
-	g.limits = control.Limits{MaxModels: cfg.MaxModelsPerBackend, MaxBodyBytes: cfg.MaxAdminBodyBytes}
+	g.limits = wire.Limits{MaxModels: cfg.MaxModelsPerBackend, MaxBodyBytes: cfg.MaxAdminBodyBytes}
 	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{
 		Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace,
 		MaxEjectionPercent: cfg.OutlierMaxEjectionPercent,

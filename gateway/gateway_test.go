@@ -14,7 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 func idleLoad() load.Load { return load.Load{InputTPS: 1000, MaxEngineConcurrency: 8} }
@@ -107,12 +107,12 @@ func TestRetryOnPylonSignal(t *testing.T) {
 		reject := func(reason string) func(int, *fasthttp.RequestCtx) {
 			return func(_ int, ctx *fasthttp.RequestCtx) {
 				ctx.SetStatusCode(429)
-				ctx.Response.Header.Set(control.HeaderRetryable, "true")
-				ctx.Response.Header.Set(control.HeaderRetryReason, reason)
+				ctx.Response.Header.Set(wire.HeaderRetryable, "true")
+				ctx.Response.Header.Set(wire.HeaderRetryReason, reason)
 				ctx.SetBodyString(`{"title":"Too Many Requests"}`)
 			}
 		}
-		a1 := h.pylon("a1", "a", idleLoad(), reject(control.RetryQueueEstimateMismatch))
+		a1 := h.pylon("a1", "a", idleLoad(), reject(wire.RetryQueueEstimateMismatch))
 		a2 := h.pylon("a2", "a", idleLoad(), nil)
 		b1 := h.pylon("b1", "b", idleLoad(), nil)
 		for _, p := range []*fakePylon{a1, a2, b1} {
@@ -128,7 +128,7 @@ func TestRetryOnPylonSignal(t *testing.T) {
 		}
 
 		h2 := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
-		c1 := h2.pylon("c1", "c", idleLoad(), reject(control.RetryUpstreamAdmission))
+		c1 := h2.pylon("c1", "c", idleLoad(), reject(wire.RetryUpstreamAdmission))
 		c2 := h2.pylon("c2", "c", idleLoad(), nil)
 		d1 := h2.pylon("d1", "d", idleLoad(), nil)
 		for _, p := range []*fakePylon{c1, c2, d1} {
@@ -147,8 +147,8 @@ func TestRetriesExhausted(t *testing.T) {
 		h := newHarness(t, gateway.Config{MaxRequestRetries: 1}, "")
 		busy := func(_ int, ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(503)
-			ctx.Response.Header.Set(control.HeaderRetryable, "true")
-			ctx.Response.Header.Set(control.HeaderRetryReason, control.RetryUpstreamAdmission)
+			ctx.Response.Header.Set(wire.HeaderRetryable, "true")
+			ctx.Response.Header.Set(wire.HeaderRetryReason, wire.RetryUpstreamAdmission)
 			ctx.SetBodyString(`{"busy":true}`)
 		}
 		for _, id := range []string{"x", "y", "z"} {
@@ -184,25 +184,25 @@ func TestControlEndpoint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{ControlToken: "s3cret"}, "")
 		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","models":{"m":{"status":"ACTIVE","stats":{}}}}`
-		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 401 {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", []byte(body), nil); r.status != 401 {
 			t.Errorf("no token: %d", r.status)
 		}
 		auth := map[string]string{"Authorization": "Bearer s3cret"}
-		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), auth); r.status != 200 || !strings.Contains(r.body, "gw-test") {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", []byte(body), auth); r.status != 200 || !strings.Contains(r.body, "gw-test") {
 			t.Errorf("register: %d %s", r.status, r.body)
 		}
 		moved := strings.Replace(body, "p1:80", "p1:81", 1)
-		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(moved), auth); r.status != 409 {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", []byte(moved), auth); r.status != 409 {
 			t.Errorf("changed URL on a live registration: %d %s", r.status, r.body)
 		}
-		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(`{"bogus":1}`), auth); r.status != 400 {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", []byte(`{"bogus":1}`), auth); r.status != 400 {
 			t.Errorf("bad registration: %d %s", r.status, r.body)
 		}
-		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, auth); r.status != 204 {
+		if r := h.do("DELETE", wire.RegistrationPath+"p1", nil, auth); r.status != 204 {
 			t.Errorf("deregister: %d", r.status)
 		}
 		synctest.Wait()
-		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, auth); r.status != 404 {
+		if r := h.do("DELETE", wire.RegistrationPath+"p1", nil, auth); r.status != 404 {
 			t.Errorf("deregister twice: %d", r.status)
 		}
 	})
@@ -214,7 +214,7 @@ func TestBackendExpiry(t *testing.T) {
 		h := newHarness(t, gateway.Config{MinExpiry: time.Millisecond}, "")
 		p := h.pylon("p1", "c1", idleLoad(), nil)
 		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","heartbeat_ms":100,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
-		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
 			t.Fatal(r.body)
 		}
 		_ = p
@@ -384,7 +384,7 @@ func TestBackendMinExpiry(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, "")
 		h.pylon("p1", "c1", idleLoad(), nil)
 		body := `{"inference_server_id":"p1","inference_server_url":"http://p1:80","heartbeat_ms":100,"models":{"m":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000}}}}`
-		if r := h.do("PUT", control.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", []byte(body), nil); r.status != 200 {
 			t.Fatal(r.body)
 		}
 		time.Sleep(2999 * time.Millisecond)
@@ -510,12 +510,12 @@ func TestStaleRegistrationKeepsTheFresherReport(t *testing.T) {
 		put := func(queued, kvCapacity uint64, observedMs int64, build uint64) string {
 			t.Helper()
 			l := load.Load{InputTPS: 100, QueuedInputTokens: queued, KVCapacityTokens: kvCapacity, ObservedAtUnixMilli: observedMs}
-			reg := control.Registration{
+			reg := wire.Registration{
 				ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: 60_000, DispatchSeq: 1,
-				Models: map[string]control.Model{"m": {Status: control.StatusActive, Generation: 1, Build: build, Stats: control.StatsFromLoad(&l)}},
+				Models: map[string]wire.Model{"m": {Status: wire.StatusActive, Generation: 1, Build: build, Stats: wire.StatsFromLoad(&l)}},
 			}
 			body, _ := json.Marshal(reg)
-			if r := h.do("PUT", control.RegistrationPath+p.id, body, nil); r.status != 200 {
+			if r := h.do("PUT", wire.RegistrationPath+p.id, body, nil); r.status != 200 {
 				t.Fatalf("register: %d %s", r.status, r.body)
 			}
 			synctest.Wait()

@@ -18,7 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // harness runs a gateway and fake pylons over in-memory listeners (inside a synctest
@@ -134,23 +134,23 @@ func (h *harness) pylon(id, cluster string, l load.Load, respond func(int, *fast
 }
 
 func (p *fakePylon) handle(ctx *fasthttp.RequestCtx) {
-	if string(ctx.Path()) == control.HealthPath {
+	if string(ctx.Path()) == wire.HealthPath {
 		ctx.SetBodyString("ok")
 		return
 	}
 	p.mu.Lock()
 	p.calls++
 	call := p.calls
-	if _, seq, err := control.ParseDispatchSeq(string(ctx.Request.Header.Peek(control.HeaderDispatchSeq))); err == nil {
+	if _, seq, err := wire.ParseDispatchSeq(string(ctx.Request.Header.Peek(wire.HeaderDispatchSeq))); err == nil {
 		p.seq = max(p.seq, seq)
 	}
 	p.lastHeaders = map[string]string{}
 	for k, v := range ctx.Request.Header.All() {
 		p.lastHeaders[string(k)] = string(v)
 	}
-	report := control.LoadReport{Model: string(ctx.Request.Header.Peek(control.HeaderModel)), Load: p.load, DispatchSeq: p.seq, Build: p.build}
+	report := wire.LoadReport{Model: string(ctx.Request.Header.Peek(wire.HeaderModel)), Load: p.load, DispatchSeq: p.seq, Build: p.build}
 	p.mu.Unlock()
-	ctx.Response.Header.Set(control.HeaderPylonLoad, string(control.AppendLoadReport(nil, &report)))
+	ctx.Response.Header.Set(wire.HeaderPylonLoad, string(wire.AppendLoadReport(nil, &report)))
 	if p.respond != nil {
 		p.respond(call, ctx)
 		return
@@ -169,12 +169,12 @@ func (p *fakePylon) header(name string) string {
 func (h *harness) register(p *fakePylon) {
 	const model = "m"
 	h.t.Helper()
-	reg := control.Registration{
+	reg := wire.Registration{
 		ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: 60_000,
-		Models: map[string]control.Model{model: {Status: control.StatusActive, Generation: 1, Stats: control.StatsFromLoad(&p.load)}},
+		Models: map[string]wire.Model{model: {Status: wire.StatusActive, Generation: 1, Stats: wire.StatsFromLoad(&p.load)}},
 	}
 	body, _ := json.Marshal(reg)
-	resp := h.do("PUT", control.RegistrationPath+p.id, body, nil)
+	resp := h.do("PUT", wire.RegistrationPath+p.id, body, nil)
 	if resp.status != 200 {
 		h.t.Fatalf("register %s: %d %s", p.id, resp.status, resp.body)
 	}

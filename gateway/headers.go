@@ -15,7 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // routing is the parsed routing contract of one request: the reference router's request
@@ -83,10 +83,10 @@ const (
 )
 
 var routingHeaderNames = [nRoutingHeaders]string{
-	hRequestID: control.HeaderRequestID, hModel: control.HeaderModel, hInputTokens: control.HeaderInputTokens,
-	hRoutingKey: control.HeaderRoutingKey, hRoutingMethod: control.HeaderRoutingMethod,
-	hAffinityKey: control.HeaderCacheAffinityKey, hPriority: control.HeaderPriority,
-	hSLO: control.HeaderRequestSLOMs, hMaxWait: control.HeaderMaxWaitMs, hLastCluster: control.HeaderLastClusterID,
+	hRequestID: wire.HeaderRequestID, hModel: wire.HeaderModel, hInputTokens: wire.HeaderInputTokens,
+	hRoutingKey: wire.HeaderRoutingKey, hRoutingMethod: wire.HeaderRoutingMethod,
+	hAffinityKey: wire.HeaderCacheAffinityKey, hPriority: wire.HeaderPriority,
+	hSLO: wire.HeaderRequestSLOMs, hMaxWait: wire.HeaderMaxWaitMs, hLastCluster: wire.HeaderLastClusterID,
 }
 
 // routingNames matches the routing headers but the configurable retry budget.
@@ -231,7 +231,7 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 	}
 	if len(bytes.TrimSpace(id)) == 0 {
 		if ok {
-			return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, control.HeaderRequestID)
+			return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, wire.HeaderRequestID)
 		}
 		r.newRequestID = newID()
 	}
@@ -239,7 +239,7 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 		return r, err
 	}
 	if ok && strings.TrimSpace(r.model) == "" {
-		return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, control.HeaderModel)
+		return r, fmt.Errorf("%w: header %s is blank", ErrBadRequest, wire.HeaderModel)
 	}
 	var tokOK bool
 	if r.inputTokens, tokOK, err = rh.uint(hInputTokens, 64, budgetHeader); err != nil {
@@ -252,7 +252,7 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 		}
 		if r.model == "" {
 			if strings.TrimSpace(b.Model) == "" {
-				return r, fmt.Errorf("%w: no model: set the body's \"model\" or the %s header", ErrBadRequest, control.HeaderModel)
+				return r, fmt.Errorf("%w: no model: set the body's \"model\" or the %s header", ErrBadRequest, wire.HeaderModel)
 			}
 			r.model, r.modelFromBody = b.Model, true
 		}
@@ -291,7 +291,7 @@ func parseRouting(h *fasthttp.RequestHeader, body []byte, budgetHeader string, n
 	if err != nil {
 		return r, err
 	}
-	r.maxWait, r.hasMaxWait = time.Duration(min(mw, control.MaxWaitMs))*time.Millisecond, hasMW
+	r.maxWait, r.hasMaxWait = time.Duration(min(mw, wire.MaxWaitMs))*time.Millisecond, hasMW
 	if budgetHeader != "" {
 		b, hasB, err := rh.uint(hBudget, 64, budgetHeader)
 		if err != nil {

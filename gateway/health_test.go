@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // scrapeMetric returns the value of one series on /metrics ("" when absent).
@@ -62,8 +62,8 @@ var streamBody = []byte(`{"model":"m","stream":true,"messages":[{"role":"user","
 func engineDown(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 	ctx.SetContentType("application/problem+json")
-	ctx.Response.Header.Set(control.HeaderRetryable, "true")
-	ctx.Response.Header.Set(control.HeaderRetryReason, control.RetryLocalConnectFailure)
+	ctx.Response.Header.Set(wire.HeaderRetryable, "true")
+	ctx.Response.Header.Set(wire.HeaderRetryReason, wire.RetryLocalConnectFailure)
 	ctx.SetBodyString(`{"type":"about:blank","status":503,"reason":"local_connect_failure","detail":"the inference engine is unreachable"}`)
 }
 

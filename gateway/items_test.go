@@ -8,7 +8,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // The reference router's load-balancing integration tests as hermetic tests (virtual time,
@@ -64,7 +64,7 @@ func TestHermeticInputWorkAdmission(t *testing.T) {
 			t.Errorf("unknown model: %d %v", r.status, r.headers)
 		}
 		inactive := `{"inference_server_id":"q","inference_server_url":"http://q:80","models":{"n":{"status":"INACTIVE","stats":{"last_mean_input_tps":100}}}}`
-		if r := h.do("PUT", control.RegistrationPath+"q", []byte(inactive), nil); r.status != 200 {
+		if r := h.do("PUT", wire.RegistrationPath+"q", []byte(inactive), nil); r.status != 200 {
 			t.Fatal(r.body)
 		}
 		synctest.Wait()
@@ -72,7 +72,7 @@ func TestHermeticInputWorkAdmission(t *testing.T) {
 		if r.status != 503 || r.headers["X-Stargate-Error-Code"] == "no_eligible_candidates" {
 			t.Errorf("registered but INACTIVE: %d %v", r.status, r.headers)
 		}
-		if r := h.do("DELETE", control.RegistrationPath+"q", nil, nil); r.status != 204 {
+		if r := h.do("DELETE", wire.RegistrationPath+"q", nil, nil); r.status != 204 {
 			t.Fatal(r.status)
 		}
 		synctest.Wait()
@@ -188,12 +188,12 @@ func TestHermeticOverrideIsolatedPerRoutingKey(t *testing.T) {
 		for _, key := range []string{"tenant-a", "tenant-b"} {
 			for _, c := range []string{"c0", "c1", "c2"} {
 				p := h.pylon(key+"-"+c, c, idleLoad(), nil)
-				reg := control.Registration{
+				reg := wire.Registration{
 					ID: p.id, URL: "http://" + p.addr, ClusterID: c, RoutingKey: key, HeartbeatMs: 60_000,
-					Models: map[string]control.Model{"m": {Status: control.StatusActive, Generation: 1, Stats: control.StatsFromLoad(&p.load)}},
+					Models: map[string]wire.Model{"m": {Status: wire.StatusActive, Generation: 1, Stats: wire.StatsFromLoad(&p.load)}},
 				}
 				body, _ := json.Marshal(reg)
-				if r := h.do("PUT", control.RegistrationPath+p.id, body, nil); r.status != 200 {
+				if r := h.do("PUT", wire.RegistrationPath+p.id, body, nil); r.status != 200 {
 					t.Fatalf("register %s: %d %s", p.id, r.status, r.body)
 				}
 				synctest.Wait()

@@ -18,7 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // loopback runs a gateway on a real 127.0.0.1 socket.
@@ -97,11 +97,11 @@ func startEngine(t *testing.T, cfg mock.Config) string {
 
 // registerURL registers a backend at url directly (an engine stands in for a pylon) and
 // waits until the gateway lists the model.
-func (l *loopback) registerURL(id, url, model string, stats control.Stats) {
+func (l *loopback) registerURL(id, url, model string, stats wire.Stats) {
 	l.t.Helper()
-	reg := control.Registration{ID: id, URL: url, HeartbeatMs: 60_000, Models: map[string]control.Model{model: {Status: control.StatusActive, Stats: stats}}}
+	reg := wire.Registration{ID: id, URL: url, HeartbeatMs: 60_000, Models: map[string]wire.Model{model: {Status: wire.StatusActive, Stats: stats}}}
 	body, _ := json.Marshal(reg)
-	status, resp := l.request("PUT", control.RegistrationPath+id, body)
+	status, resp := l.request("PUT", wire.RegistrationPath+id, body)
 	if status != 200 {
 		l.t.Fatalf("register: %d %s", status, resp)
 	}
@@ -141,7 +141,7 @@ func TestLoopbackClientDisconnectWhileParked(t *testing.T) {
 	}
 	l := startLoopback(t, gateway.Config{LBConfigPath: cfgPath})
 	engine := startEngine(t, mock.Config{})
-	l.registerURL("full", engine, "dummy-model", control.Stats{LastMeanInputTPS: 1000, NumRunningQueries: 4, MaxEngineConcurrency: 4})
+	l.registerURL("full", engine, "dummy-model", wire.Stats{LastMeanInputTPS: 1000, NumRunningQueries: 4, MaxEngineConcurrency: 4})
 	conn, err := net.Dial("tcp", l.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestLoopbackOpenAINodeClient(t *testing.T) {
 	}
 	l := startLoopback(t, gateway.Config{})
 	engine := startEngine(t, mock.Config{NumTokens: 6})
-	l.registerURL("e1", engine, "dummy-model", control.Stats{LastMeanInputTPS: 1000})
+	l.registerURL("e1", engine, "dummy-model", wire.Stats{LastMeanInputTPS: 1000})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "client.mjs"), "http://"+l.addr+"/v1")

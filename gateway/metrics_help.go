@@ -5,10 +5,10 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/retry"
 	"github.com/switchyard/switchyard/internal/promtext"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // mRoutableBackends is the number of backends routable for at least one model (the
@@ -56,8 +56,8 @@ var metricsHelp = map[string]string{
 var (
 	retryReasons = []string{
 		retry.ReasonConnectFailover, retry.ReasonFirstByteTimeout, retry.ReasonEngineUnreachable,
-		control.RetryQueueEstimateMismatch, control.RetryUpstreamAdmission, control.RetryModelGenerationUnavail,
-		control.RetryLocalConnectFailure, control.RetryDefaultRetryableResponse,
+		wire.RetryQueueEstimateMismatch, wire.RetryUpstreamAdmission, wire.RetryModelGenerationUnavail,
+		wire.RetryLocalConnectFailure, wire.RetryDefaultRetryableResponse,
 	}
 	exhaustedReasons = []string{retry.ReasonBudgetExhausted, retry.ReasonConnectRetriesExhaust, retry.ReasonNoEligibleBackend}
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // The benchmarks' model and request id: realistic lengths (one-byte strings never
@@ -63,9 +63,9 @@ func serialLatencies(b *testing.B, paths []string, requests, warmup int) [][]tim
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/v1/chat/completions")
-	req.Header.Set(control.HeaderModel, benchModel)
-	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, benchRequestID)
+	req.Header.Set(wire.HeaderModel, benchModel)
+	req.Header.Set(wire.HeaderInputTokens, "3")
+	req.Header.Set(wire.HeaderRequestID, benchRequestID)
 	req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 	for b.Loop() {
 		for i := range lat {
@@ -152,17 +152,17 @@ func pylonLike() fasthttp.RequestHandler {
 	var echo uint64
 	var buf []byte
 	return func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) == control.HealthPath {
+		if string(ctx.Path()) == wire.HealthPath {
 			return
 		}
-		if v := ctx.Request.Header.Peek(control.HeaderDispatchSeq); len(v) > 0 {
-			if _, seq, err := control.ParseDispatchSeq(unsafe.String(&v[0], len(v))); err == nil {
+		if v := ctx.Request.Header.Peek(wire.HeaderDispatchSeq); len(v) > 0 {
+			if _, seq, err := wire.ParseDispatchSeq(unsafe.String(&v[0], len(v))); err == nil {
 				echo = max(echo, seq)
 			}
 		}
-		report := control.LoadReport{Model: benchModel, Load: idleLoad(), DispatchSeq: echo}
-		buf = control.AppendLoadReport(buf[:0], &report)
-		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, buf)
+		report := wire.LoadReport{Model: benchModel, Load: idleLoad(), DispatchSeq: echo}
+		buf = wire.AppendLoadReport(buf[:0], &report)
+		ctx.Response.Header.SetBytesV(wire.HeaderPylonLoad, buf)
 		ctx.SetContentType("application/json")
 		ctx.SetBody(body)
 	}
@@ -225,7 +225,7 @@ func register(tb testing.TB, admin, upstreamURL string) {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("PUT")
-	req.SetRequestURI("http://" + admin + control.RegistrationPath + "u")
+	req.SetRequestURI("http://" + admin + wire.RegistrationPath + "u")
 	req.SetBodyString(`{"inference_server_id":"u","inference_server_url":"` + upstreamURL + `","heartbeat_ms":60000,"models":{"` + benchModel + `":{"status":"ACTIVE","stats":{"last_mean_input_tps":1000,` +
 		`"stats_capabilities":["machine.kv_cache.http","request.output.chunk_usage"],"stats_sources":["chunk_usage","kv_cache_stats"]}}}}`)
 	if err := ctl.Do(req, resp); err != nil || resp.StatusCode() != 200 {

@@ -15,12 +15,12 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/gateway/retry"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -29,15 +29,15 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy
 
 // internalRequest are caller-supplied headers the gateway strips before a pylon.
 var internalRequest = []string{
-	control.HeaderRoutingMethod, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs,
-	control.HeaderExpectedQueueMs, control.HeaderErrorCode, control.HeaderDispatchSeq, control.HeaderPylonLoad,
-	control.HeaderUpstreamRetryable, control.HeaderClusterID, control.HeaderInferenceServerID, control.HeaderInferenceServerURL,
-	control.HeaderLastClusterID,
+	wire.HeaderRoutingMethod, wire.HeaderRetryable, wire.HeaderRetryReason, wire.HeaderRetryAfterMs,
+	wire.HeaderExpectedQueueMs, wire.HeaderErrorCode, wire.HeaderDispatchSeq, wire.HeaderPylonLoad,
+	wire.HeaderUpstreamRetryable, wire.HeaderClusterID, wire.HeaderInferenceServerID, wire.HeaderInferenceServerURL,
+	wire.HeaderLastClusterID,
 }
 
 // internalResponse are pylon headers the gateway strips before the client.
 var internalResponse = []string{
-	control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs, control.HeaderExpectedQueueMs, control.HeaderPylonLoad,
+	wire.HeaderRetryable, wire.HeaderRetryReason, wire.HeaderRetryAfterMs, wire.HeaderExpectedQueueMs, wire.HeaderPylonLoad,
 }
 
 // Header names the gateway strips, matched ASCII case-insensitively.
@@ -45,7 +45,7 @@ var (
 	strippedRequest  = newHeaderSet(append(slices.Clone(internalRequest), hopByHop...)...)
 	strippedResponse = newHeaderSet(append(slices.Clone(internalResponse), hopByHop...)...)
 	// pylonLoadIdx is x-pylon-load's index in strippedResponse.
-	pylonLoadIdx = slices.Index(internalResponse, control.HeaderPylonLoad)
+	pylonLoadIdx = slices.Index(internalResponse, wire.HeaderPylonLoad)
 )
 
 // stripRequest deletes hop-by-hop and internal headers in one pass over the request's
@@ -98,14 +98,14 @@ func (rs *responseScan) strip(h *fasthttp.ResponseHeader) {
 // Canonical (normalized) names of the headers the gateway sets on every attempt, so the
 // per-request path does not normalize them again.
 var (
-	hdrExpectedQueueMs = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderExpectedQueueMs)
-	hdrDispatchSeq     = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderDispatchSeq)
-	hdrServerID        = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerID)
-	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInferenceServerURL)
-	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderClusterID)
-	hdrRequestID       = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderRequestID)
-	hdrModel           = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderModel)
-	hdrInputTokens     = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderInputTokens)
+	hdrExpectedQueueMs = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderExpectedQueueMs)
+	hdrDispatchSeq     = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderDispatchSeq)
+	hdrServerID        = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInferenceServerID)
+	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInferenceServerURL)
+	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderClusterID)
+	hdrRequestID       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderRequestID)
+	hdrModel           = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderModel)
+	hdrInputTokens     = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInputTokens)
 )
 
 // streamKey marks request bodies that may ask for a streamed response.
@@ -163,7 +163,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if r.entry.RequireCacheAffinityKey && rt.affinityKey == "" {
-		g.reject(ctx, sampled, arrival, &rt, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, r.entry.Algorithm, control.HeaderCacheAffinityKey))
+		g.reject(ctx, sampled, arrival, &rt, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, r.entry.Algorithm, wire.HeaderCacheAffinityKey))
 		return
 	}
 	pid, ts, target := r.pid, r.ts, r.target
@@ -400,7 +400,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	ar.setAttempt(ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
 	d := g.decide(p, st, retry.Outcome{
 		Kind: retry.Response, At: end, Status: status,
-		Retryable: ctx.Response.Header.Peek(control.HeaderRetryable), RetryReason: ctx.Response.Header.Peek(control.HeaderRetryReason),
+		Retryable: ctx.Response.Header.Peek(wire.HeaderRetryable), RetryReason: ctx.Response.Header.Peek(wire.HeaderRetryReason),
 	})
 	if d.Retryable {
 		// A pylon that cannot reach its engine: handled like a backend that cannot be
@@ -455,8 +455,8 @@ func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)
 // parseLoadReport parses an x-pylon-load value in place, without copying it to a string
 // first. Only the model name would alias the response's header buffer: it becomes the
 // request's own model string when equal (the usual case) and a copy otherwise.
-func parseLoadReport(v []byte, model string) (control.LoadReport, error) {
-	r, err := control.ParseLoadReport(unsafe.String(unsafe.SliceData(v), len(v)))
+func parseLoadReport(v []byte, model string) (wire.LoadReport, error) {
+	r, err := wire.ParseLoadReport(unsafe.String(unsafe.SliceData(v), len(v)))
 	if err != nil {
 		return r, err //nolint:wrapcheck // counted, not shown
 	}
@@ -560,12 +560,12 @@ func (g *Gateway) probe(ctx context.Context, c *fasthttp.HostClient, backendID s
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.SetRequestURI(control.HealthPath)
+	req.SetRequestURI(wire.HealthPath)
 	req.SetHost(c.Addr)
 	req.URI().SetScheme(schemeOf(c))
-	req.Header.Set(control.HeaderRequestID, "stargate-health-"+backendID)
-	req.Header.Set(control.HeaderModel, control.HealthProbeModel)
-	req.Header.Set(control.HeaderInputTokens, "0")
+	req.Header.Set(wire.HeaderRequestID, "stargate-health-"+backendID)
+	req.Header.Set(wire.HeaderModel, wire.HealthProbeModel)
+	req.Header.Set(wire.HeaderInputTokens, "0")
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

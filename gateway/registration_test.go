@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Registrations outside the limits get 400 with an OpenAI-style body naming the field;
@@ -18,29 +18,29 @@ import (
 func TestRegistrationLimitsAtTheGateway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{MaxModelsPerBackend: 3, MaxAdminBodyBytes: 64 << 10}, "")
-		models := func(n int) map[string]control.Model {
-			m := map[string]control.Model{}
+		models := func(n int) map[string]wire.Model {
+			m := map[string]wire.Model{}
 			for i := range n {
-				m[fmt.Sprintf("m%d", i)] = control.Model{Status: control.StatusActive}
+				m[fmt.Sprintf("m%d", i)] = wire.Model{Status: wire.StatusActive}
 			}
 			return m
 		}
 		for _, c := range []struct {
 			name  string
-			reg   control.Registration
+			reg   wire.Registration
 			field string
 		}{
-			{"too many models", control.Registration{ID: "p1", URL: "http://p1:80", Models: models(4)}, "models"},
-			{"heartbeat too long", control.Registration{ID: "p1", URL: "http://p1:80", HeartbeatMs: 1 << 62, Models: models(1)}, "heartbeat_ms"},
-			{"negative throughput", control.Registration{ID: "p1", URL: "http://p1:80", Models: map[string]control.Model{
-				"m": {Status: control.StatusActive, Stats: control.Stats{LastMeanInputTPS: -1e308}},
+			{"too many models", wire.Registration{ID: "p1", URL: "http://p1:80", Models: models(4)}, "models"},
+			{"heartbeat too long", wire.Registration{ID: "p1", URL: "http://p1:80", HeartbeatMs: 1 << 62, Models: models(1)}, "heartbeat_ms"},
+			{"negative throughput", wire.Registration{ID: "p1", URL: "http://p1:80", Models: map[string]wire.Model{
+				"m": {Status: wire.StatusActive, Stats: wire.Stats{LastMeanInputTPS: -1e308}},
 			}}, "last_mean_input_tps"},
 		} {
 			body, err := json.Marshal(c.reg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := h.do("PUT", control.RegistrationPath+"p1", body, nil)
+			r := h.do("PUT", wire.RegistrationPath+"p1", body, nil)
 			if r.status != 400 || !strings.Contains(r.body, c.field) || !strings.Contains(r.body, `"invalid_request"`) {
 				t.Errorf("%s: %d %s, want 400 naming %s", c.name, r.status, r.body, c.field)
 			}
@@ -50,7 +50,7 @@ func TestRegistrationLimitsAtTheGateway(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(conn, "PUT %sp1 HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n\r\n", control.RegistrationPath, 70<<10)
+		fmt.Fprintf(conn, "PUT %sp1 HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n\r\n", wire.RegistrationPath, 70<<10)
 		status, err := bufio.NewReader(conn).ReadString('\n')
 		_ = conn.Close()
 		if err != nil || !strings.Contains(status, " 413 ") {
@@ -72,7 +72,7 @@ func TestTargetCollectedThenReregistered(t *testing.T) {
 		if r := h.chat(nil); r.status != 200 {
 			t.Fatalf("first chat: %d %s", r.status, r.body)
 		}
-		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, nil); r.status != 204 {
+		if r := h.do("DELETE", wire.RegistrationPath+"p1", nil, nil); r.status != 204 {
 			t.Fatalf("deregister: %d", r.status)
 		}
 		time.Sleep(10 * time.Second) // past the grace: the target is collected

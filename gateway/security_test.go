@@ -12,16 +12,16 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // registration is a valid registration body for backend id at url.
 func registration(t *testing.T, id, url string) []byte {
 	t.Helper()
 	l := idleLoad()
-	b, err := json.Marshal(control.Registration{
+	b, err := json.Marshal(wire.Registration{
 		ID: id, URL: url, HeartbeatMs: 1000,
-		Models: map[string]control.Model{"m": {Status: control.StatusActive, Stats: control.StatsFromLoad(&l)}},
+		Models: map[string]wire.Model{"m": {Status: wire.StatusActive, Stats: wire.StatsFromLoad(&l)}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +51,8 @@ func TestPublicListenerHasNoControlPlane(t *testing.T) {
 		p := h.pylon("p1", "c1", idleLoad(), nil)
 		h.register(p)
 		for _, c := range []struct{ method, path string }{
-			{"PUT", control.RegistrationPath + "evil"},
-			{"DELETE", control.RegistrationPath + "p1"},
+			{"PUT", wire.RegistrationPath + "evil"},
+			{"DELETE", wire.RegistrationPath + "p1"},
 			{"GET", "/debug/state"},
 			{"GET", "/debug/pprof/"},
 			{"GET", "/metrics"},
@@ -96,10 +96,10 @@ func TestPublicMetricsFlag(t *testing.T) {
 func TestAdminWithoutTokenOnLoopback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, gateway.Config{}, "")
-		if r := h.do("PUT", control.RegistrationPath+"p1", registration(t, "p1", "http://p1:80"), nil); r.status != 200 {
+		if r := h.do("PUT", wire.RegistrationPath+"p1", registration(t, "p1", "http://p1:80"), nil); r.status != 200 {
 			t.Errorf("PUT without a token: %d %s", r.status, r.body)
 		}
-		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, nil); r.status != 204 {
+		if r := h.do("DELETE", wire.RegistrationPath+"p1", nil, nil); r.status != 204 {
 			t.Errorf("DELETE without a token: %d %s", r.status, r.body)
 		}
 		if r := h.do("GET", "/debug/state", nil, nil); r.status != 200 {
@@ -124,8 +124,8 @@ func TestAdminTokenRequired(t *testing.T) {
 					method, path string
 					body         []byte
 				}{
-					{"PUT", control.RegistrationPath + "p1", reg},
-					{"DELETE", control.RegistrationPath + "p1", nil},
+					{"PUT", wire.RegistrationPath + "p1", reg},
+					{"DELETE", wire.RegistrationPath + "p1", nil},
 					{"GET", "/debug/state", nil},
 					{"GET", "/debug/pprof/", nil},
 					{"GET", "/metrics", nil},
@@ -143,7 +143,7 @@ func TestAdminTokenRequired(t *testing.T) {
 				}
 			}
 			ok := map[string]string{"Authorization": "Bearer s3cret"}
-			if r := h.do("PUT", control.RegistrationPath+"p1", reg, ok); r.status != 200 {
+			if r := h.do("PUT", wire.RegistrationPath+"p1", reg, ok); r.status != 200 {
 				t.Errorf("PUT with the token: %d %s", r.status, r.body)
 			}
 			if r := h.do("GET", "/debug/state", nil, ok); r.status != 200 || !strings.Contains(r.body, `"p1"`) {
@@ -152,7 +152,7 @@ func TestAdminTokenRequired(t *testing.T) {
 			if r := h.do("GET", "/metrics", nil, ok); r.status != 200 || !strings.Contains(r.body, "switchyard_admin_unauthorized_total") {
 				t.Errorf("/metrics with the token: %d (or the refusals are not counted)", r.status)
 			}
-			if r := h.do("DELETE", control.RegistrationPath+"p1", nil, ok); r.status != 204 {
+			if r := h.do("DELETE", wire.RegistrationPath+"p1", nil, ok); r.status != 204 {
 				t.Errorf("DELETE with the token: %d %s", r.status, r.body)
 			}
 		})

@@ -8,7 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // cpuTime is the process's user+system CPU time so far.
@@ -33,11 +33,11 @@ func BenchmarkSSEForwarding(b *testing.B) {
 	event := []byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n")
 	ack := make(chan struct{}, 1)
 	upstream := serve(b, func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) == control.HealthPath {
+		if string(ctx.Path()) == wire.HealthPath {
 			return
 		}
 		ctx.SetContentType("text/event-stream")
-		ctx.Response.Header.Set(control.HeaderPylonLoad, "v=1;m="+benchModel+";tps=1000;mc=8")
+		ctx.Response.Header.Set(wire.HeaderPylonLoad, "v=1;m="+benchModel+";tps=1000;mc=8")
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			for range events {
 				_, _ = w.Write(event)
@@ -67,9 +67,9 @@ func BenchmarkSSEForwarding(b *testing.B) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/v1/chat/completions")
-	req.Header.Set(control.HeaderModel, benchModel)
-	req.Header.Set(control.HeaderInputTokens, "3")
-	req.Header.Set(control.HeaderRequestID, benchRequestID)
+	req.Header.Set(wire.HeaderModel, benchModel)
+	req.Header.Set(wire.HeaderInputTokens, "3")
+	req.Header.Set(wire.HeaderRequestID, benchRequestID)
 	req.SetBodyString(`{"model":"` + benchModel + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	buf := make([]byte, 64<<10)
 	var cpu [3]time.Duration

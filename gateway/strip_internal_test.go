@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Hop-by-hop and gateway-internal headers are stripped from requests before a pylon,
@@ -54,11 +54,11 @@ func TestStripRequest(t *testing.T) {
 // internal and hop-by-hop ones; the rest reach the client.
 func TestResponseScan(t *testing.T) {
 	var h fasthttp.ResponseHeader
-	h.Set(control.HeaderPylonLoad, "v=1;m=m")
+	h.Set(wire.HeaderPylonLoad, "v=1;m=m")
 	h.Set("X-Stargate-Retryable", "true")
-	h.Set(control.HeaderRetryReason, "upstream_admission")
-	h.Set(control.HeaderRetryAfterMs, "10")
-	h.Set(control.HeaderExpectedQueueMs, "3")
+	h.Set(wire.HeaderRetryReason, "upstream_admission")
+	h.Set(wire.HeaderRetryAfterMs, "10")
+	h.Set(wire.HeaderExpectedQueueMs, "3")
 	h.Set("Keep-Alive", "timeout=5")
 	h.Set("Trailer", "X-Foo")
 	h.Set("X-Request-Id", "r1")
@@ -70,7 +70,7 @@ func TestResponseScan(t *testing.T) {
 		t.Errorf("load report %q, want the x-pylon-load value", rs.load)
 	}
 	rs.strip(&h)
-	for _, k := range []string{control.HeaderPylonLoad, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs, control.HeaderExpectedQueueMs, "Keep-Alive", "Trailer"} {
+	for _, k := range []string{wire.HeaderPylonLoad, wire.HeaderRetryable, wire.HeaderRetryReason, wire.HeaderRetryAfterMs, wire.HeaderExpectedQueueMs, "Keep-Alive", "Trailer"} {
 		if v := h.Peek(k); v != nil {
 			t.Errorf("%s reached the client (%q)", k, v)
 		}

@@ -9,10 +9,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/internal/tracing"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -60,7 +60,7 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, rt *routing, algorithm st
 			attribute.String("gen_ai.request.model", rt.model),
 			attribute.String("switchyard.routing_key", rt.routingKey),
 			attribute.String("switchyard.algorithm", algorithm),
-			attribute.String("switchyard.request_id", string(h.Peek(control.HeaderRequestID))),
+			attribute.String("switchyard.request_id", string(h.Peek(wire.HeaderRequestID))),
 			attribute.Int64("switchyard.input_tokens", int64(min(rt.inputTokens, 1<<62))),
 		))
 	return &reqTrace{tr: tr, ctx: c, root: span}

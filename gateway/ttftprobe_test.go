@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // ttftSeries names one TTFT-estimate series of model m and cluster c1.
@@ -39,7 +39,7 @@ func TestTTFTEstimateErrorReachesMetrics(t *testing.T) {
 			}
 			ctx.SetBodyStream(body, -1)
 		}))
-		tokens := map[string]string{control.HeaderInputTokens: "100"}
+		tokens := map[string]string{wire.HeaderInputTokens: "100"}
 		if r := h.do("POST", "/v1/chat/completions", []byte(streamChat), tokens); r.status != 200 {
 			t.Fatalf("streamed: %d %s", r.status, r.body)
 		}

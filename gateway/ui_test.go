@@ -17,7 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // external matches what would make the page load anything from elsewhere: an absolute or
@@ -98,7 +98,7 @@ func TestStatusPageState(t *testing.T) {
 		var served uint64
 		for i, want := range []string{"p1", "p2"} {
 			b := st.Targets[0].Backends[i]
-			if b.ID != want || !b.Routable || b.Status != control.StatusActive || b.MaxConcurrency != 8 || b.TTFT <= 0 || b.Health.Ejected {
+			if b.ID != want || !b.Routable || b.Status != wire.StatusActive || b.MaxConcurrency != 8 || b.TTFT <= 0 || b.Health.Ejected {
 				t.Errorf("backend %d: %+v, want %s routable, active, max 8, a TTFT estimate, not ejected", i, b, want)
 			}
 			served += b.Served
@@ -115,9 +115,9 @@ func TestStatusPageState(t *testing.T) {
 // registerAs registers upstreamURL as backend id of cluster for benchModel, reporting l.
 func registerAs(t *testing.T, admin, id, cluster, upstreamURL string, l load.Load) {
 	t.Helper()
-	reg := control.Registration{
+	reg := wire.Registration{
 		ID: id, URL: upstreamURL, ClusterID: cluster, HeartbeatMs: 60_000,
-		Models: map[string]control.Model{benchModel: {Status: control.StatusActive, Generation: 1, Stats: control.StatsFromLoad(&l)}},
+		Models: map[string]wire.Model{benchModel: {Status: wire.StatusActive, Generation: 1, Stats: wire.StatsFromLoad(&l)}},
 	}
 	body, _ := json.Marshal(reg)
 	c := &fasthttp.HostClient{Addr: admin}
@@ -126,7 +126,7 @@ func registerAs(t *testing.T, admin, id, cluster, upstreamURL string, l load.Loa
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod("PUT")
-	req.SetRequestURI("http://" + admin + control.RegistrationPath + id)
+	req.SetRequestURI("http://" + admin + wire.RegistrationPath + id)
 	req.SetBody(body)
 	if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 		t.Fatalf("register %s: %v %d %s", id, err, resp.StatusCode(), resp.Body())
@@ -196,7 +196,7 @@ func TestStatusPageInChromium(t *testing.T) {
 			req.Reset()
 			req.Header.SetMethod("POST")
 			req.SetRequestURI("http://" + c.Addr + "/v1/chat/completions")
-			req.Header.Set(control.HeaderModel, benchModel)
+			req.Header.Set(wire.HeaderModel, benchModel)
 			req.SetBodyString(`{"model":"` + benchModel + `","messages":[{"role":"user","content":"hi"}]}`)
 			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 				failed++
@@ -263,11 +263,11 @@ func TestStatusPageInChromium(t *testing.T) {
 // reportingPylon answers every chat request like a pylon whose engine has load l.
 func reportingPylon(l load.Load) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) == control.HealthPath {
+		if string(ctx.Path()) == wire.HealthPath {
 			return
 		}
-		report := control.LoadReport{Model: benchModel, Load: l}
-		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, control.AppendLoadReport(nil, &report))
+		report := wire.LoadReport{Model: benchModel, Load: l}
+		ctx.Response.Header.SetBytesV(wire.HeaderPylonLoad, wire.AppendLoadReport(nil, &report))
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"choices":[{"message":{"role":"assistant","content":"hi"}}]}`)
 	}

@@ -3,7 +3,7 @@ package gateway
 import (
 	"strings"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // adminAuthorized reports whether an admin request for path may proceed: with the control
@@ -11,7 +11,7 @@ import (
 // with a token listed for the registering inference server id.
 func (g *Gateway) adminAuthorized(path string, authorization []byte) bool {
 	if g.workers.Configured() {
-		if id, ok := strings.CutPrefix(path, control.RegistrationPath); ok {
+		if id, ok := strings.CutPrefix(path, wire.RegistrationPath); ok {
 			if g.workers.Check(id, authorization) {
 				return true
 			}

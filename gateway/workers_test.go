@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 
 	"github.com/switchyard/switchyard/gateway"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Worker credentials: a pylon registers with the token listed for its id (not another
@@ -23,7 +23,7 @@ func TestWorkerCredentialsFile(t *testing.T) {
 		reg := func(id, token string) int {
 			t.Helper()
 			body := `{"inference_server_id":"` + id + `","inference_server_url":"http://` + id + `:80","models":{"m":{"status":"ACTIVE","stats":{}}}}`
-			return h.do("PUT", control.RegistrationPath+id, []byte(body), map[string]string{"Authorization": "Bearer " + token}).status
+			return h.do("PUT", wire.RegistrationPath+id, []byte(body), map[string]string{"Authorization": "Bearer " + token}).status
 		}
 		if s := reg("p1", "tok-1"); s != 200 {
 			t.Errorf("p1 with its own token: %d", s)
@@ -37,7 +37,7 @@ func TestWorkerCredentialsFile(t *testing.T) {
 		if r := h.do("GET", "/debug/state", nil, map[string]string{"Authorization": "Bearer tok-1"}); r.status != 401 {
 			t.Errorf("/debug/state with a worker token: %d, want 401", r.status)
 		}
-		if r := h.do("DELETE", control.RegistrationPath+"p1", nil, map[string]string{"Authorization": "Bearer tok-1"}); r.status != 204 {
+		if r := h.do("DELETE", wire.RegistrationPath+"p1", nil, map[string]string{"Authorization": "Bearer tok-1"}); r.status != 204 {
 			t.Errorf("p1 deregistering with its token: %d", r.status)
 		}
 		tmp := path + ".new"

@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/calibrate"
 )
 
@@ -243,9 +243,9 @@ func (p *Pylon) calibrationRequest(client *fasthttp.HostClient, model, id string
 	req.SetRequestURI("http://pylon-calibration/v1/chat/completions")
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
-	req.Header.Set(control.HeaderRequestID, id)
-	req.Header.Set(control.HeaderModel, model)
-	req.Header.Set(control.HeaderInputTokens, strconv.Itoa(tokens))
+	req.Header.Set(wire.HeaderRequestID, id)
+	req.Header.Set(wire.HeaderModel, model)
+	req.Header.Set(wire.HeaderInputTokens, strconv.Itoa(tokens))
 	content := (id + " " + prompt)[:len(prompt)]
 	body, err := json.Marshal(calibrationBody{
 		Model: model, Stream: true, MaxTokens: 1, Messages: []calibrationMessage{{Role: "user", Content: content}},

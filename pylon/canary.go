@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -122,7 +122,7 @@ func (p *Pylon) canary(model string, n uint64) canaryOutcome {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(p.upstreamScheme + "://" + p.upstreamHost + "/v1/chat/completions")
 	req.Header.SetContentType("application/json")
-	req.Header.Set(control.HeaderRequestID, "canary-"+p.cfg.ID+"-"+strconv.FormatUint(n, 10))
+	req.Header.Set(wire.HeaderRequestID, "canary-"+p.cfg.ID+"-"+strconv.FormatUint(n, 10))
 	req.SetBodyString(`{"model":` + strconv.Quote(model) + `,"messages":[{"role":"user","content":"1+1="}],"max_tokens":` +
 		strconv.Itoa(p.cfg.CanaryThreshold) + `,"stream":false}`)
 	if err := p.client.DoTimeout(req, resp, p.cfg.CanaryTimeout); err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -44,27 +44,27 @@ func TestHermeticCanaries(t *testing.T) {
 		cfg.ModelNames, cfg.EngineStatsStream = []string{"dummy-model"}, "off"
 		cfg.CanaryInterval, cfg.CanaryTimeout = time.Second, 500*time.Millisecond
 		h := newHermetic(t, cfg, mock.Config{NumTokens: 3})
-		h.await(time.Second, status(control.StatusActive))
+		h.await(time.Second, status(wire.StatusActive))
 		engineControl(t, h, `{"chat_failure":true}`)
 		start := time.Now()
-		h.await(3*time.Second, status(control.StatusInactive))
+		h.await(3*time.Second, status(wire.StatusInactive))
 		if got := time.Since(start); got > time.Second+100*time.Millisecond {
 			t.Errorf("INACTIVE after %v, want within one canary interval", got)
 		}
 		engineControl(t, h, `{"chat_failure":false}`)
-		h.await(3*time.Second, status(control.StatusActive))
+		h.await(3*time.Second, status(wire.StatusActive))
 		h.close()
 
 		runaway := newHermetic(t, cfg, mock.Config{NumTokens: 300}) // min(237, 300) = the threshold
-		runaway.await(3*time.Second, status(control.StatusInactive))
+		runaway.await(3*time.Second, status(wire.StatusInactive))
 		runaway.close()
 
 		cfg.CanaryInterval = 0
 		off := newHermetic(t, cfg, mock.Config{NumTokens: 300})
-		off.await(time.Second, status(control.StatusActive))
+		off.await(time.Second, status(wire.StatusActive))
 		time.Sleep(5 * time.Second)
 		for len(off.regs) > 0 {
-			if r := <-off.regs; r.method == "PUT" && r.reg.Models["dummy-model"].Status != control.StatusActive {
+			if r := <-off.regs; r.method == "PUT" && r.reg.Models["dummy-model"].Status != wire.StatusActive {
 				t.Errorf("canaries off: %+v", r.reg.Models)
 			}
 		}

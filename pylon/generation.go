@@ -9,7 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -132,11 +132,11 @@ func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, gw *
 		g.mu.RUnlock()
 		return b, false
 	}
-	r := control.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load, Build: g.cur.build}
+	r := wire.LoadReport{Model: g.model, Generation: g.gen, Load: g.cur.load, Build: g.cur.build}
 	if gw != nil {
 		r.DispatchSeq = gw.seq.Load()
 	}
-	b = control.AppendLoadReport(b, &r)
+	b = wire.AppendLoadReport(b, &r)
 	build := g.builds
 	g.mu.RUnlock()
 	if gw != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -174,7 +174,7 @@ func TestDeliveredTo(t *testing.T) {
 	if !ok {
 		t.Fatal("no report")
 	}
-	if r, err := control.ParseLoadReport(string(v)); err != nil || r.DispatchSeq != 7 {
+	if r, err := wire.ParseLoadReport(string(v)); err != nil || r.DispatchSeq != 7 {
 		t.Errorf("report %q echoes seq %d (%v), want 7", v, r.DispatchSeq, err)
 	}
 	if held, at := g.deliveredTo(g1); !held || at != now.UnixNano() {

@@ -12,8 +12,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/promtext"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/relay"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -28,7 +28,7 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 			internalError().write(ctx)
 		}
 	}()
-	if ctx.IsGet() && string(ctx.Path()) == control.HealthPath {
+	if ctx.IsGet() && string(ctx.Path()) == wire.HealthPath {
 		p.health(ctx)
 		return
 	}
@@ -82,24 +82,24 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	dh.collect(h)
 	rid := dh.requestID
 	if len(rid) == 0 {
-		badHeader(control.HeaderRequestID, "is required").write(ctx)
+		badHeader(wire.HeaderRequestID, "is required").write(ctx)
 		return
 	}
 	modelName := dh.model
 	if len(modelName) == 0 {
-		badHeader(control.HeaderModel, "is required").write(ctx)
+		badHeader(wire.HeaderModel, "is required").write(ctx)
 		return
 	}
 	inputTokens, err := strconv.ParseUint(string(bytes.TrimSpace(dh.inputTokens)), 10, 64)
 	if err != nil {
-		badHeader(control.HeaderInputTokens, "is required and must be an unsigned integer").write(ctx)
+		badHeader(wire.HeaderInputTokens, "is required and must be an unsigned integer").write(ctx)
 		return
 	}
 	var priority uint32
 	if v := bytes.TrimSpace(dh.priority); len(v) > 0 {
 		pr, err := strconv.ParseUint(string(v), 10, 32)
 		if err != nil {
-			badHeader(control.HeaderPriority, "must be an unsigned 32-bit integer").write(ctx)
+			badHeader(wire.HeaderPriority, "must be an unsigned 32-bit integer").write(ctx)
 			return
 		}
 		priority = uint32(pr)
@@ -132,7 +132,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	)
 	if v := dh.seq; len(v) > 0 {
 		// A view of the header: the id is only looked up (add copies a new one).
-		if id, s, err := control.ParseDispatchSeq(unsafe.String(unsafe.SliceData(v), len(v))); err == nil {
+		if id, s, err := wire.ParseDispatchSeq(unsafe.String(unsafe.SliceData(v), len(v))); err == nil {
 			gw, seq = p.gateways.add(id), s
 		}
 	}
@@ -161,7 +161,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		queueMismatch(r.decision, p.cfg.QueueMismatchRetryAfterMs).write(ctx)
 		p.addLoad(ctx, g, gw)
 		mm.status(fasthttp.StatusTooManyRequests).Inc()
-		p.metrics.retryable(control.RetryQueueEstimateMismatch, fasthttp.StatusTooManyRequests)
+		p.metrics.retryable(wire.RetryQueueEstimateMismatch, fasthttp.StatusTooManyRequests)
 		return
 	}
 	if gw != nil {
@@ -286,14 +286,14 @@ func (p *Pylon) fromUpstream(h *fasthttp.ResponseHeader) {
 		p.metrics.nonRetryable("missing_upstream_retry_header")
 		return
 	}
-	h.Set(control.HeaderRetryable, "true")
-	h.Set(control.HeaderRetryReason, control.RetryUpstreamAdmission)
+	h.Set(wire.HeaderRetryable, "true")
+	h.Set(wire.HeaderRetryReason, wire.RetryUpstreamAdmission)
 	if p.cfg.PropagateRetryAfter {
 		if s, err := strconv.ParseUint(string(bytes.TrimSpace(h.Peek("Retry-After"))), 10, 32); err == nil {
-			h.Set(control.HeaderRetryAfterMs, strconv.FormatUint(s*1000, 10))
+			h.Set(wire.HeaderRetryAfterMs, strconv.FormatUint(s*1000, 10))
 		}
 	}
-	p.metrics.retryable(control.RetryUpstreamAdmission, status)
+	p.metrics.retryable(wire.RetryUpstreamAdmission, status)
 }
 
 func (p *Pylon) retryableStatus(s int) bool {
@@ -313,7 +313,7 @@ func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gw *gatewayStat
 		now = p.now()
 	}
 	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], gw, now); ok {
-		ctx.Response.Header.SetBytesV(control.HeaderPylonLoad, v)
+		ctx.Response.Header.SetBytesV(wire.HeaderPylonLoad, v)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // benchUpstream serves a fixed chat completion over an in-memory listener.
@@ -30,9 +30,9 @@ func benchRequest(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Reset()
 	ctx.Request.SetRequestURI("http://pylon/v1/chat/completions")
 	ctx.Request.Header.SetMethod("POST")
-	ctx.Request.Header.Set(control.HeaderRequestID, "bench")
-	ctx.Request.Header.Set(control.HeaderModel, "m")
-	ctx.Request.Header.Set(control.HeaderInputTokens, "20")
+	ctx.Request.Header.Set(wire.HeaderRequestID, "bench")
+	ctx.Request.Header.Set(wire.HeaderModel, "m")
+	ctx.Request.Header.Set(wire.HeaderInputTokens, "20")
 	ctx.Request.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 }
 
@@ -79,15 +79,15 @@ func BenchmarkServeBuffered(b *testing.B) {
 				benchRequest(&ctx)
 				if tagged {
 					seq++
-					ctx.Request.Header.SetBytesV(control.HeaderDispatchSeq, strconv.AppendUint(append(seqBuf[:0], "gw/"...), seq, 10))
-					ctx.Request.Header.Set(control.HeaderExpectedQueueMs, "0")
+					ctx.Request.Header.SetBytesV(wire.HeaderDispatchSeq, strconv.AppendUint(append(seqBuf[:0], "gw/"...), seq, 10))
+					ctx.Request.Header.Set(wire.HeaderExpectedQueueMs, "0")
 				}
 				p.serve(&ctx)
-				if ctx.Response.StatusCode() != 200 || len(ctx.Response.Header.Peek(control.HeaderPylonLoad)) == 0 {
+				if ctx.Response.StatusCode() != 200 || len(ctx.Response.Header.Peek(wire.HeaderPylonLoad)) == 0 {
 					b.Fatalf("status %d\n%s", ctx.Response.StatusCode(), ctx.Response.Body())
 				}
 			}
-			if r, err := control.ParseLoadReport(string(ctx.Response.Header.Peek(control.HeaderPylonLoad))); err != nil || r.DispatchSeq != seq {
+			if r, err := wire.ParseLoadReport(string(ctx.Response.Header.Peek(wire.HeaderPylonLoad))); err != nil || r.DispatchSeq != seq {
 				b.Fatalf("the last answer's load report echoes seq %d (%v), want %d", r.DispatchSeq, err, seq)
 			}
 		})

@@ -6,7 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // hopByHop are the hop-by-hop headers removed in both directions (fasthttp's client does not
@@ -60,7 +60,7 @@ func (s headerSet) stripResponse(h *fasthttp.ResponseHeader) {
 var (
 	// toEngine are removed from a request before the engine: hop-by-hop headers and the
 	// gateway's routing headers the engine must not see.
-	toEngine = append(headerSet{control.HeaderExpectedQueueMs, control.HeaderDispatchSeq, control.HeaderDynamoPriority, control.HeaderDynamoStrict}, hopByHop...)
+	toEngine = append(headerSet{wire.HeaderExpectedQueueMs, wire.HeaderDispatchSeq, wire.HeaderDynamoPriority, wire.HeaderDynamoStrict}, hopByHop...)
 	// hopOnly are the hop-by-hop headers alone (the health probe, both ways).
 	hopOnly = headerSet(hopByHop)
 )
@@ -68,7 +68,7 @@ var (
 // fromEngineSet lists what is removed from an engine response: the hop-by-hop headers, the
 // engine's retry signal (index 0, read first) and any retry signalling of ours it echoed.
 func fromEngineSet(upstreamRetryHeader string) headerSet {
-	return append(headerSet{upstreamRetryHeader, control.HeaderRetryable, control.HeaderRetryReason, control.HeaderRetryAfterMs}, hopByHop...)
+	return append(headerSet{upstreamRetryHeader, wire.HeaderRetryable, wire.HeaderRetryReason, wire.HeaderRetryAfterMs}, hopByHop...)
 }
 
 // Indexes of toEngine's routing names.
@@ -79,8 +79,8 @@ const (
 
 // Canonical names of the engine priority headers the dynamo backend sets on every request.
 var (
-	hdrDynamoPriority = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderDynamoPriority)
-	hdrDynamoStrict   = fasthttp.AppendNormalizedHeaderKey(nil, control.HeaderDynamoStrict)
+	hdrDynamoPriority = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderDynamoPriority)
+	hdrDynamoStrict   = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderDynamoStrict)
 )
 
 // dataHeaders are the request headers the data path reads, found in one pass over the
@@ -109,13 +109,13 @@ func (d *dataHeaders) collect(h *fasthttp.RequestHeader) {
 			continue
 		}
 		switch {
-		case !d.hasRequestID && equalFold(k, control.HeaderRequestID):
+		case !d.hasRequestID && equalFold(k, wire.HeaderRequestID):
 			d.requestID, d.hasRequestID = v, true
-		case !d.hasModel && equalFold(k, control.HeaderModel):
+		case !d.hasModel && equalFold(k, wire.HeaderModel):
 			d.model, d.hasModel = v, true
-		case d.inputTokens == nil && equalFold(k, control.HeaderInputTokens):
+		case d.inputTokens == nil && equalFold(k, wire.HeaderInputTokens):
 			d.inputTokens = nonNil(v)
-		case !d.hasPriority && equalFold(k, control.HeaderPriority):
+		case !d.hasPriority && equalFold(k, wire.HeaderPriority):
 			d.priority, d.hasPriority = v, true
 		}
 	}

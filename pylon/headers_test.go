@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // One pass finds every data-path header (any case, the first of repeated ones), tells a
@@ -17,7 +17,7 @@ func TestDataHeadersOnePass(t *testing.T) {
 	h.Set("x-model", "m")
 	h.Set("X-Input-Tokens", "")
 	h.Set("x-priority", "4")
-	h.Set(control.HeaderDispatchSeq, "gw/7")
+	h.Set(wire.HeaderDispatchSeq, "gw/7")
 	h.Set("Connection", "keep-alive")
 	h.Set("Content-Type", "application/json")
 	var d dataHeaders
@@ -36,7 +36,7 @@ func TestDataHeadersOnePass(t *testing.T) {
 		t.Errorf("strip mask %b, want %b", d.strip, want)
 	}
 	toEngine.deleteMask(&h, d.strip)
-	if h.Peek(control.HeaderDispatchSeq) != nil || h.Peek("Connection") != nil || h.Peek("x-priority") == nil {
+	if h.Peek(wire.HeaderDispatchSeq) != nil || h.Peek("Connection") != nil || h.Peek("x-priority") == nil {
 		t.Errorf("after strip: %s", h.Header())
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/switchyard/switchyard/engines/mock"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -57,7 +57,7 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 	ctl := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		r := received{at: time.Now(), method: string(ctx.Method()), auth: string(ctx.Request.Header.Peek("Authorization"))}
 		if r.method == "PUT" {
-			reg, err := control.DefaultLimits().ParseRegistration(strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath), ctx.PostBody())
+			reg, err := wire.DefaultLimits().ParseRegistration(strings.TrimPrefix(string(ctx.Path()), wire.RegistrationPath), ctx.PostBody())
 			if err != nil {
 				ctx.Error(err.Error(), 400)
 				return
@@ -65,7 +65,7 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 			r.reg = reg
 		}
 		h.regs <- r
-		body, _ := json.Marshal(control.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
+		body, _ := json.Marshal(wire.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
 		ctx.SetBody(body)
 	}}
 	h.servers = append(h.servers, ctl)
@@ -192,7 +192,7 @@ func TestHermeticRegistrationWithinOneCoalesceInterval(t *testing.T) {
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)
 			err := h.client.Do(req, resp)
-			res <- result{resp.StatusCode(), string(resp.Header.Peek(control.HeaderPylonLoad)), err}
+			res <- result{resp.StatusCode(), string(resp.Header.Peek(wire.HeaderPylonLoad)), err}
 		}()
 		r := h.await(time.Second, running(1))
 		lag := r.at.Sub(start)
@@ -225,7 +225,7 @@ func TestHermeticRegistrationWithinOneCoalesceInterval(t *testing.T) {
 		if d := time.Since(start); d < 300*time.Millisecond {
 			t.Errorf("the response ended after %v, before the engine's TTFT", d)
 		}
-		lr, err := control.ParseLoadReport(got.load)
+		lr, err := wire.ParseLoadReport(got.load)
 		if err != nil || lr.Load.RunningRequests == 0 || lr.Model != "dummy-model" {
 			t.Errorf("x-pylon-load %q = %+v, %v; want this request counted", got.load, lr, err)
 		}
@@ -247,16 +247,16 @@ func TestHermeticDispatchSeqTokenAndDeregistration(t *testing.T) {
 		if first.auth != "Bearer tok" || first.reg.DispatchSeq != 0 {
 			t.Errorf("first registration: auth %q, dispatch_seq %d", first.auth, first.reg.DispatchSeq)
 		}
-		send := func(seq string) control.LoadReport {
+		send := func(seq string) wire.LoadReport {
 			t.Helper()
-			req := chatRequest("http://pylon", "seq-"+seq, 10, map[string]string{control.HeaderDispatchSeq: seq})
+			req := chatRequest("http://pylon", "seq-"+seq, 10, map[string]string{wire.HeaderDispatchSeq: seq})
 			defer fasthttp.ReleaseRequest(req)
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)
 			if err := h.client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 				t.Fatalf("request %s: %v %d", seq, err, resp.StatusCode())
 			}
-			lr, err := control.ParseLoadReport(string(resp.Header.Peek(control.HeaderPylonLoad)))
+			lr, err := wire.ParseLoadReport(string(resp.Header.Peek(wire.HeaderPylonLoad)))
 			if err != nil {
 				t.Fatal(err)
 			}

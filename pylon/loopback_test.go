@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -67,7 +67,7 @@ type received struct {
 	at     time.Time
 	method string
 	auth   string
-	reg    control.Registration
+	reg    wire.Registration
 }
 
 func startControl(t *testing.T) *controlServer {
@@ -80,8 +80,8 @@ func startControl(t *testing.T) *controlServer {
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		r := received{at: time.Now(), method: string(ctx.Method())}
 		if r.method == "PUT" {
-			id := strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath)
-			reg, err := control.DefaultLimits().ParseRegistration(id, ctx.PostBody())
+			id := strings.TrimPrefix(string(ctx.Path()), wire.RegistrationPath)
+			reg, err := wire.DefaultLimits().ParseRegistration(id, ctx.PostBody())
 			if err != nil {
 				ctx.Error(err.Error(), 400)
 				return
@@ -95,7 +95,7 @@ func startControl(t *testing.T) *controlServer {
 		case cs.ch <- r:
 		default:
 		}
-		body, _ := json.Marshal(control.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
+		body, _ := json.Marshal(wire.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
 		ctx.SetBody(body)
 	}}
 	done := make(chan struct{})
@@ -159,7 +159,7 @@ func startPylonAdmin(t *testing.T, cfg pylon.Config) (data, admin string) {
 	return "http://" + ln.Addr().String(), "http://" + aln.Addr().String()
 }
 
-func modelStats(r received, model string) (control.Stats, bool) {
+func modelStats(r received, model string) (wire.Stats, bool) {
 	m, ok := r.reg.Models[model]
 	return m.Stats, ok
 }
@@ -169,9 +169,9 @@ func chatRequest(url, id string, inputTokens int, extra map[string]string) *fast
 	req := fasthttp.AcquireRequest()
 	req.SetRequestURI(url + "/v1/chat/completions")
 	req.Header.SetMethod("POST")
-	req.Header.Set(control.HeaderRequestID, id)
-	req.Header.Set(control.HeaderModel, model)
-	req.Header.Set(control.HeaderInputTokens, strconv.Itoa(inputTokens))
+	req.Header.Set(wire.HeaderRequestID, id)
+	req.Header.Set(wire.HeaderModel, model)
+	req.Header.Set(wire.HeaderInputTokens, strconv.Itoa(inputTokens))
 	for k, v := range extra {
 		req.Header.Set(k, v)
 	}
@@ -228,7 +228,7 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
-			req := chatRequest(url, fmt.Sprint("hold-", i), 1000, map[string]string{control.HeaderExpectedQueueMs: "0"})
+			req := chatRequest(url, fmt.Sprint("hold-", i), 1000, map[string]string{wire.HeaderExpectedQueueMs: "0"})
 			defer fasthttp.ReleaseRequest(req)
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)
@@ -252,22 +252,22 @@ func TestLoopbackAdmissionRejectsWithoutCallingEngine(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		before = engineLoad(t, engineURL)
 	}
-	req := chatRequest(url, "rejected", 10, map[string]string{control.HeaderExpectedQueueMs: "0", control.HeaderDispatchSeq: "gw/7"})
+	req := chatRequest(url, "rejected", 10, map[string]string{wire.HeaderExpectedQueueMs: "0", wire.HeaderDispatchSeq: "gw/7"})
 	resp := fasthttp.AcquireResponse()
 	if err := fasthttp.Do(req, resp); err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode() != 429 || string(resp.Header.Peek(control.HeaderRetryable)) != "true" ||
-		string(resp.Header.Peek(control.HeaderRetryReason)) != control.RetryQueueEstimateMismatch ||
+	if resp.StatusCode() != 429 || string(resp.Header.Peek(wire.HeaderRetryable)) != "true" ||
+		string(resp.Header.Peek(wire.HeaderRetryReason)) != wire.RetryQueueEstimateMismatch ||
 		string(resp.Header.ContentType()) != "application/problem+json" {
 		t.Fatalf("want 429 queue_estimate_mismatch, got %d %s\n%s", resp.StatusCode(), resp.Header.String(), resp.Body())
 	}
 	var body map[string]any
-	if err := json.Unmarshal(resp.Body(), &body); err != nil || body["reason"] != control.RetryQueueEstimateMismatch ||
+	if err := json.Unmarshal(resp.Body(), &body); err != nil || body["reason"] != wire.RetryQueueEstimateMismatch ||
 		body["actual_queue_ms"] != float64(2000) || body["threshold_ms"] != float64(25) || body["status"] != float64(429) {
 		t.Errorf("problem body %s (%v)", resp.Body(), err)
 	}
-	lr, err := control.ParseLoadReport(string(resp.Header.Peek(control.HeaderPylonLoad)))
+	lr, err := wire.ParseLoadReport(string(resp.Header.Peek(wire.HeaderPylonLoad)))
 	if err != nil || lr.Load.RunningRequests != 2 || lr.Load.MaxEngineConcurrency != 2 || lr.DispatchSeq != 0 {
 		t.Errorf("x-pylon-load %+v %v", lr, err)
 	}

@@ -3,8 +3,8 @@ package pylon
 import (
 	"strconv"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/promtext"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // metricsHelp is the # HELP text of every pylon family, without the prefix
@@ -67,7 +67,7 @@ func (m *pylonMetrics) zero() {
 	for _, r := range []struct {
 		reason string
 		status int
-	}{{control.RetryQueueEstimateMismatch, 429}, {control.RetryUpstreamAdmission, 429}, {control.RetryUpstreamAdmission, 503}} {
+	}{{wire.RetryQueueEstimateMismatch, 429}, {wire.RetryUpstreamAdmission, 429}, {wire.RetryUpstreamAdmission, 503}} {
 		m.counter(mRetryable + `{inference_server_id="` + m.id + `",reason="` + r.reason + `",status="` + strconv.Itoa(r.status) + `"}`)
 	}
 	for _, r := range []string{"upstream_nonretryable_status", "missing_upstream_retry_header"} {

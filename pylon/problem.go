@@ -9,7 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
@@ -40,21 +40,21 @@ func badHeader(name, why string) *problem {
 
 func generationUnavailable(model string) *problem {
 	p := newProblem(fasthttp.StatusServiceUnavailable, "model "+echo.Quote(model)+" has no admitted generation on this pylon")
-	p.Reason, p.retryable = control.RetryModelGenerationUnavail, true
+	p.Reason, p.retryable = wire.RetryModelGenerationUnavail, true
 	return p
 }
 
 func queueMismatch(d admission.Decision, retryAfterMs uint64) *problem {
 	p := newProblem(fasthttp.StatusTooManyRequests, "local queue estimate "+strconv.FormatUint(d.ActualMs, 10)+
 		" ms exceeds the threshold "+strconv.FormatUint(d.ThresholdMs, 10)+" ms for the expected "+strconv.FormatUint(d.ExpectedMs, 10)+" ms")
-	p.Reason, p.retryable, p.retryAfterMs = control.RetryQueueEstimateMismatch, true, retryAfterMs
+	p.Reason, p.retryable, p.retryAfterMs = wire.RetryQueueEstimateMismatch, true, retryAfterMs
 	p.ExpectedMs, p.ActualMs, p.ThresholdMs = &d.ExpectedMs, &d.ActualMs, &d.ThresholdMs
 	return p
 }
 
 func connectFailure(retryable bool) *problem {
 	p := newProblem(fasthttp.StatusServiceUnavailable, "local upstream connection failed")
-	p.Reason, p.retryable = control.RetryLocalConnectFailure, retryable
+	p.Reason, p.retryable = wire.RetryLocalConnectFailure, retryable
 	return p
 }
 
@@ -88,7 +88,7 @@ func upstreamFailure(err error, shuttingDown, retryable bool, engineDown func() 
 	switch {
 	case shuttingDown:
 		p = newProblem(fasthttp.StatusServiceUnavailable, "the pylon shut down before the engine answered")
-		p.Reason = control.RetryLocalConnectFailure
+		p.Reason = wire.RetryLocalConnectFailure
 	case errors.As(err, new(*relay.DialError)):
 		return engineUnreachable()
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, new(relay.AbortError)):
@@ -107,7 +107,7 @@ func upstreamFailure(err error, shuttingDown, retryable bool, engineDown func() 
 // another backend whatever --local-connect-failures-retryable says.
 func engineUnreachable() *problem {
 	p := newProblem(fasthttp.StatusServiceUnavailable, "the inference engine is unreachable")
-	p.Reason, p.retryable = control.RetryLocalConnectFailure, true
+	p.Reason, p.retryable = wire.RetryLocalConnectFailure, true
 	return p
 }
 
@@ -153,13 +153,13 @@ func (p *problem) write(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(p.Status)
 	ctx.SetContentType("application/problem+json")
 	if p.retryable {
-		ctx.Response.Header.Set(control.HeaderRetryable, "true")
+		ctx.Response.Header.Set(wire.HeaderRetryable, "true")
 	}
 	if p.Reason != "" && p.retryable {
-		ctx.Response.Header.Set(control.HeaderRetryReason, p.Reason)
+		ctx.Response.Header.Set(wire.HeaderRetryReason, p.Reason)
 	}
 	if p.retryAfterMs > 0 {
-		ctx.Response.Header.Set(control.HeaderRetryAfterMs, strconv.FormatUint(p.retryAfterMs, 10))
+		ctx.Response.Header.Set(wire.HeaderRetryAfterMs, strconv.FormatUint(p.retryAfterMs, 10))
 	}
 	body, err := json.Marshal(p)
 	if err != nil {

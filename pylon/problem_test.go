@@ -13,7 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/relay"
 )
 
@@ -44,27 +44,27 @@ func TestProblemMapping(t *testing.T) {
 		},
 		{
 			"a failure that is not a dial", upstreamFailure(errors.New("dial tcp: connection refused"), false, false, nil),
-			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "", "", "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"connect failure, retryable", upstreamFailure(fasthttp.ErrConnectionClosed, false, true, nil),
-			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "true", wire.RetryLocalConnectFailure, "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"engine unreachable: no connection could be made", upstreamFailure(&relay.DialError{Err: errors.New("connection refused")}, false, false, nil),
-			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "true", wire.RetryLocalConnectFailure, "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"engine unreachable: a dial that timed out", upstreamFailure(&relay.DialError{Err: fasthttp.ErrTimeout}, false, false, nil),
-			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "true", wire.RetryLocalConnectFailure, "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"engine unreachable: closed, and no new connection", upstreamFailure(fasthttp.ErrConnectionClosed, false, false, func() bool { return true }),
-			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "true", wire.RetryLocalConnectFailure, "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"closed, but the engine accepts connections", upstreamFailure(fasthttp.ErrConnectionClosed, false, false, func() bool { return false }),
-			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "", "", "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"first-output timeout: the engine is not asked whether it is down", upstreamFailure(fasthttp.ErrTimeout, false, false, func() bool { panic("asked") }),
@@ -72,11 +72,11 @@ func TestProblemMapping(t *testing.T) {
 		},
 		{
 			"aborted by shutdown", upstreamFailure(fasthttp.ErrConnectionClosed, true, false, nil),
-			answer{503, "", "", "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "", "", "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"aborted by shutdown, even if it looks like a timeout", upstreamFailure(fasthttp.ErrTimeout, true, true, nil),
-			answer{503, "true", control.RetryLocalConnectFailure, "application/problem+json", control.RetryLocalConnectFailure},
+			answer{503, "true", wire.RetryLocalConnectFailure, "application/problem+json", wire.RetryLocalConnectFailure},
 		},
 		{
 			"body too large", unreadableRequest(fmt.Errorf("read body: %w", fasthttp.ErrBodyTooLarge), 64<<20),
@@ -113,7 +113,7 @@ func TestProblemMapping(t *testing.T) {
 			}
 			h := &ctx.Response.Header
 			got := answer{
-				ctx.Response.StatusCode(), string(h.Peek(control.HeaderRetryable)), string(h.Peek(control.HeaderRetryReason)),
+				ctx.Response.StatusCode(), string(h.Peek(wire.HeaderRetryable)), string(h.Peek(wire.HeaderRetryReason)),
 				string(h.ContentType()), body.Reason,
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {

@@ -19,7 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -135,7 +135,7 @@ func newStandInHermetic(t *testing.T, cfg pylon.Config, s *standIn) *hermetic {
 	ctl := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		r := received{at: time.Now(), method: string(ctx.Method())}
 		if r.method == "PUT" {
-			reg, err := control.DefaultLimits().ParseRegistration(strings.TrimPrefix(string(ctx.Path()), control.RegistrationPath), ctx.PostBody())
+			reg, err := wire.DefaultLimits().ParseRegistration(strings.TrimPrefix(string(ctx.Path()), wire.RegistrationPath), ctx.PostBody())
 			if err != nil {
 				ctx.Error(err.Error(), 400)
 				return
@@ -143,7 +143,7 @@ func newStandInHermetic(t *testing.T, cfg pylon.Config, s *standIn) *hermetic {
 			r.reg = reg
 		}
 		h.regs <- r
-		body, _ := json.Marshal(control.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
+		body, _ := json.Marshal(wire.RegistrationAck{GatewayID: "gw-test", HeartbeatMs: 1000})
 		ctx.SetBody(body)
 	}}
 	h.servers = append(h.servers, eng, ctl)
@@ -174,7 +174,7 @@ type row struct {
 	OutputTPS                          float64
 }
 
-func rowOf(s control.Stats) row {
+func rowOf(s wire.Stats) row {
 	return row{s.NumRunningQueries, s.QueueSize, s.KVCacheCapacityTokens, s.KVCacheUsedTokens, s.OutputTPS}
 }
 
@@ -366,7 +366,7 @@ func TestRealEngineCanary(t *testing.T) {
 		cfg := realEngineConfig("vllm", model)
 		cfg.CanaryInterval, cfg.CanaryTimeout = time.Second, 500*time.Millisecond
 		h := newStandInHermetic(t, cfg, s)
-		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == control.StatusActive })
+		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == wire.StatusActive })
 		time.Sleep(3 * time.Second)
 		s.mu.Lock()
 		ids := slices.Clone(s.canaryIDs)
@@ -375,7 +375,7 @@ func TestRealEngineCanary(t *testing.T) {
 		if len(ids) < 2 || ids[0] != "canary-pylon-1" || ids[1] != "canary-pylon-2" {
 			t.Errorf("canary request ids %v", ids)
 		}
-		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == control.StatusInactive })
+		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == wire.StatusInactive })
 		time.Sleep(2 * time.Second)
 		var d struct {
 			Models map[string]struct {
@@ -403,7 +403,7 @@ func TestRealEngineCanary(t *testing.T) {
 		s.mu.Lock()
 		s.served = []string{model}
 		s.mu.Unlock()
-		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == control.StatusActive })
+		h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == wire.StatusActive })
 		if got := h.logs.matching("canary_passed"); len(got) != 1 {
 			t.Errorf("canary_passed logged %q, want once", got)
 		}
@@ -411,7 +411,7 @@ func TestRealEngineCanary(t *testing.T) {
 
 		// A threshold of 1 (max_tokens 1) checks liveness only: one generated token is
 		// no runaway. With threshold 2 the same answer is one.
-		for threshold, want := range map[int]string{1: control.StatusActive, 2: control.StatusInactive} {
+		for threshold, want := range map[int]string{1: wire.StatusActive, 2: wire.StatusInactive} {
 			cfg.CanaryThreshold = threshold
 			h := newStandInHermetic(t, cfg, s)
 			h.await(3*time.Second, func(r received) bool { return r.reg.Models[model].Status == want })

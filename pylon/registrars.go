@@ -10,7 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/register"
 )
 
@@ -81,7 +81,7 @@ func (p *Pylon) resolveGateways(ctx context.Context) {
 	p.storeRegistrars()
 	p.regMu.Unlock()
 	for _, gw := range gone { // best effort: a vanished replica is usually gone for good
-		status, _, err := p.transport(ctx, "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
+		status, _, err := p.transport(ctx, "DELETE", gw+wire.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
 		p.log.Debug("deregistered", "gateway", gw, "status", status, "err", err)
 	}
 }
@@ -126,7 +126,7 @@ func (p *Pylon) deregister() {
 		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
 	}
 	for gw := range regs {
-		status, _, err := p.transport(context.Background(), "DELETE", gw+control.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
+		status, _, err := p.transport(context.Background(), "DELETE", gw+wire.RegistrationPath+p.cfg.ID, p.cfg.ControlToken, nil)
 		p.log.Info("deregistered", "gateway", gw, "status", status, "err", err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/register"
 )
 
@@ -55,19 +55,19 @@ func (p *Pylon) delivered(gatewayID string) register.Delivery {
 }
 
 // snapshot is the registration for the gateway with id gatewayID.
-func (p *Pylon) snapshot(gatewayID string) control.Registration {
+func (p *Pylon) snapshot(gatewayID string) wire.Registration {
 	if gatewayID != "" {
 		p.sentMu.Lock()
 		p.sentStructure[gatewayID] = p.structure.Load()
 		p.sentMu.Unlock()
 	}
-	status := control.StatusActive
+	status := wire.StatusActive
 	if p.draining.Load() || p.canaryFailing.Load() {
-		status = control.StatusInactive
+		status = wire.StatusInactive
 	}
-	reg := control.Registration{
+	reg := wire.Registration{
 		ID: p.cfg.ID, URL: p.advertiseURL(), ClusterID: p.cfg.ClusterID, DispatchSeq: p.seqOf(gatewayID),
-		Models: map[string]control.Model{},
+		Models: map[string]wire.Model{},
 	}
 	for name, e := range *p.models.Load() {
 		g := e.cur.Load()
@@ -75,7 +75,7 @@ func (p *Pylon) snapshot(gatewayID string) control.Registration {
 			continue
 		}
 		s := g.snapshot(p.sys.Root)
-		reg.Models[name] = control.Model{Status: status, Generation: g.gen, Build: s.build, Stats: control.StatsFromLoad(&s.load)}
+		reg.Models[name] = wire.Model{Status: status, Generation: g.gen, Build: s.build, Stats: wire.StatsFromLoad(&s.load)}
 	}
 	return reg
 }

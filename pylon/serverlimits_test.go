@@ -10,9 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/httpserver/limitstest"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -26,7 +26,7 @@ func TestServerLimitsOnBothListeners(t *testing.T) {
 		name, host, post, ping string
 		bodyLimit              int
 	}{
-		{"data", "pylon", "/v1/chat/completions", control.HealthPath, limit},
+		{"data", "pylon", "/v1/chat/completions", wire.HealthPath, limit},
 		{"admin", "pylon-admin", "/metrics", "/healthz", 1 << 10},
 	} {
 		t.Run(l.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engines/mock"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -89,7 +89,7 @@ func TestHermeticClientCancelCountedAs499(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: pylon\r\n%s: gone-1\r\n%s: dummy-model\r\n%s: 1\r\nContent-Length: %d\r\n\r\n%s",
-			control.HeaderRequestID, control.HeaderModel, control.HeaderInputTokens, len(streamBody), streamBody)
+			wire.HeaderRequestID, wire.HeaderModel, wire.HeaderInputTokens, len(streamBody), streamBody)
 		br := bufio.NewReader(conn)
 		for {
 			line, err := br.ReadString('\n')

@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -75,9 +75,9 @@ func (h *hermetic) send(path, id string, inputTokens int, body string, firstChun
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI("http://pylon" + path)
 	req.Header.SetMethod("POST")
-	req.Header.Set(control.HeaderRequestID, id)
-	req.Header.Set(control.HeaderModel, "dummy-model")
-	req.Header.Set(control.HeaderInputTokens, strconv.Itoa(inputTokens))
+	req.Header.Set(wire.HeaderRequestID, id)
+	req.Header.Set(wire.HeaderModel, "dummy-model")
+	req.Header.Set(wire.HeaderInputTokens, strconv.Itoa(inputTokens))
 	req.SetBodyString(body)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
@@ -205,7 +205,7 @@ func TestHermeticShutdownAbortsEngineCallsAtTheDrainTimeout(t *testing.T) {
 				t.Errorf("%s request: %d %v %s, want 503", name, o.status, o.err, o.body)
 				continue
 			}
-			if p := problemBody(t, o); p["reason"] != control.RetryLocalConnectFailure || !strings.Contains(p["detail"].(string), "shut down") {
+			if p := problemBody(t, o); p["reason"] != wire.RetryLocalConnectFailure || !strings.Contains(p["detail"].(string), "shut down") {
 				t.Errorf("%s request: problem %v", name, p)
 			}
 		}
@@ -280,10 +280,10 @@ func TestHermeticFirstOutputTimeoutAnswers504(t *testing.T) {
 					if retryable {
 						wantRetry, wantReason = "true", "first_output_timeout"
 					}
-					if got, reason := o.header[control.HeaderRetryable], o.header[control.HeaderRetryReason]; got != wantRetry || reason != wantReason {
-						t.Errorf("%s: %s %q, %s %q; want %q, %q", name, control.HeaderRetryable, got, control.HeaderRetryReason, reason, wantRetry, wantReason)
+					if got, reason := o.header[wire.HeaderRetryable], o.header[wire.HeaderRetryReason]; got != wantRetry || reason != wantReason {
+						t.Errorf("%s: %s %q, %s %q; want %q, %q", name, wire.HeaderRetryable, got, wire.HeaderRetryReason, reason, wantRetry, wantReason)
 					}
-					lr, err := control.ParseLoadReport(o.header[control.HeaderPylonLoad])
+					lr, err := wire.ParseLoadReport(o.header[wire.HeaderPylonLoad])
 					if err != nil || lr.Load.RunningRequests != 0 || lr.Load.QueuedInputTokens != 0 {
 						t.Errorf("%s: x-pylon-load %+v %v; want the timed-out requests released", name, lr.Load, err)
 					}

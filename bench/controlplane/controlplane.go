@@ -17,7 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Options say what to simulate.
@@ -95,14 +95,14 @@ func (f *Fleet) pylon(ctx context.Context, hc *fasthttp.HostClient, st *Stats, i
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPut)
-	req.SetRequestURI("http://" + hc.Addr + control.RegistrationPath + id)
+	req.SetRequestURI("http://" + hc.Addr + wire.RegistrationPath + id)
 	req.Header.SetContentType("application/json")
 	if o.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.Token)
 	}
-	reg := control.Registration{
+	reg := wire.Registration{
 		ID: id, URL: o.URL(i), ClusterID: id, HeartbeatMs: uint64(o.Period.Milliseconds()), //nolint:gosec // a positive period
-		Models: map[string]control.Model{o.Model: {Status: "ACTIVE", Generation: 1}},
+		Models: map[string]wire.Model{o.Model: {Status: "ACTIVE", Generation: 1}},
 	}
 	for n := uint64(0); ; n++ {
 		select {
@@ -114,7 +114,7 @@ func (f *Fleet) pylon(ctx context.Context, hc *fasthttp.HostClient, st *Stats, i
 		// A pylon's numbers move between heartbeats: the gateway's update is real work.
 		m := reg.Models[o.Model]
 		m.Build = n + 1
-		m.Stats = control.Stats{
+		m.Stats = wire.Stats{
 			LastMeanInputTPS: 5000 + float64((int(n%100)+i)%100), OutputTPS: 800 + float64(n%50), QueueSize: n % 4,
 			QueuedInputSize: (n % 4) * 512, MaxOutputTPS: 2000, KVCacheCapacityTokens: 1 << 20,
 			KVCacheUsedTokens: (n * 997) % (1 << 20), NumRunningQueries: n % 32, MaxEngineConcurrency: 64,

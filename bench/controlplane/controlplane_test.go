@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/bench/controlplane"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // A fake gateway's admin listener: it checks the token and parses each registration as the
@@ -25,8 +25,8 @@ func TestPylonsRegisterWithTheTokenAndAValidSnapshotEveryPeriod(t *testing.T) {
 	perID := map[string]int{}
 	var problems []string
 	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		id, _ := strings.CutPrefix(string(ctx.Path()), control.RegistrationPath)
-		reg, err := control.DefaultLimits().ParseRegistration(id, ctx.PostBody())
+		id, _ := strings.CutPrefix(string(ctx.Path()), wire.RegistrationPath)
+		reg, err := wire.DefaultLimits().ParseRegistration(id, ctx.PostBody())
 		mu.Lock()
 		defer mu.Unlock()
 		switch {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Response headers the driver reads besides the routing contract's.
@@ -151,15 +151,15 @@ func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Ti
 	if s.plain {
 		req.SetBodyRaw(PlainBody(s.model, r, s.maxBody))
 	} else {
-		req.Header.Set(control.HeaderRequestID, r.ID)
-		req.Header.Set(control.HeaderModel, s.model)
-		req.Header.Set(control.HeaderInputTokens, strconv.FormatUint(r.InputTokens, 10))
-		req.Header.Set(control.HeaderOutputTokens, strconv.FormatUint(r.OutputTokens, 10))
+		req.Header.Set(wire.HeaderRequestID, r.ID)
+		req.Header.Set(wire.HeaderModel, s.model)
+		req.Header.Set(wire.HeaderInputTokens, strconv.FormatUint(r.InputTokens, 10))
+		req.Header.Set(wire.HeaderOutputTokens, strconv.FormatUint(r.OutputTokens, 10))
 		if r.RoutingKey != "" {
-			req.Header.Set(control.HeaderRoutingKey, r.RoutingKey)
+			req.Header.Set(wire.HeaderRoutingKey, r.RoutingKey)
 		}
 		if r.AffinityKey != "" {
-			req.Header.Set(control.HeaderCacheAffinityKey, r.AffinityKey)
+			req.Header.Set(wire.HeaderCacheAffinityKey, r.AffinityKey)
 		}
 		req.SetBodyRaw(Body(s.model, r.InputTokens, s.maxBody))
 	}
@@ -172,9 +172,9 @@ func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Ti
 	}
 	rec.Status = resp.StatusCode()
 	h := &resp.Header
-	rec.Backend = string(h.Peek(control.HeaderInferenceServerID))
-	rec.Cluster = string(h.Peek(control.HeaderClusterID))
-	rec.ErrorCode = string(h.Peek(control.HeaderErrorCode))
+	rec.Backend = string(h.Peek(wire.HeaderInferenceServerID))
+	rec.Cluster = string(h.Peek(wire.HeaderClusterID))
+	rec.ErrorCode = string(h.Peek(wire.HeaderErrorCode))
 	rec.KV = kvHeaders(h)
 	if v := h.Peek(HeaderRetries); len(v) > 0 {
 		rec.Retries, _ = strconv.Atoi(string(v))

@@ -12,9 +12,9 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Timing rules of the routing loop.
@@ -23,7 +23,7 @@ const (
 	// affinity hold sleeps longer without a re-check.
 	MaxPark = 25 * time.Millisecond
 	// DefaultWaitCap bounds waiting without x-max-wait-ms (and caps the header).
-	DefaultWaitCap = control.MaxWaitMs * time.Millisecond
+	DefaultWaitCap = wire.MaxWaitMs * time.Millisecond
 	// ReservationTTL drops reservations no report ever covered.
 	ReservationTTL = 30 * time.Second
 )

@@ -7,8 +7,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Messages of the backend actor. All are values except loadReported, which travels as a
@@ -17,13 +17,13 @@ type (
 	// registered is a (re-)registration; reg and its Models map belong to the actor once
 	// sent (Fleet.Register's caller does not keep them).
 	registered struct {
-		reg control.Registration
+		reg wire.Registration
 		at  time.Time
 	}
 	// loadReported is a pylon's x-pylon-load report, sent as *loadReported from reportPool;
 	// the actor owns it once sent and puts it back after applying it.
 	loadReported struct {
-		report control.LoadReport
+		report wire.LoadReport
 		at     time.Time
 	}
 	// reportReady says the backend's report slot holds a report (see Fleet.ReportLoad).
@@ -53,7 +53,7 @@ type modelView struct {
 	status     string
 	generation uint64
 	build      uint64 // the pylon's snapshot build the view's load comes from (0 = unknown)
-	stats      control.Stats
+	stats      wire.Stats
 	view       dispatch.BackendView
 	// scheduler is the model's scheduler, attached (Directory.Attach) from the first
 	// registration listing the model until the model is dropped: while attached, the
@@ -228,11 +228,11 @@ func (a *backendActor) onRegistered(m registered) {
 		if err != nil {
 			continue // validated by the control endpoint
 		}
-		reg := control.LoadReport{Generation: rm.Generation, Build: rm.Build, DispatchSeq: m.reg.DispatchSeq, Load: l}
+		reg := wire.LoadReport{Generation: rm.Generation, Build: rm.Build, DispatchSeq: m.reg.DispatchSeq, Load: l}
 		next := reg
 		mv, ok := a.models[name]
 		if ok {
-			next = reg.Registered(&control.LoadReport{Generation: mv.generation, Build: mv.build, DispatchSeq: mv.view.SeqEcho, Load: mv.view.Load})
+			next = reg.Registered(&wire.LoadReport{Generation: mv.generation, Build: mv.build, DispatchSeq: mv.view.SeqEcho, Load: mv.view.Load})
 		} else {
 			mv = &modelView{scheduler: a.fleet.deps.Schedulers.Attach(a.target(name))}
 			a.models[name] = mv
@@ -268,7 +268,7 @@ func (a *backendActor) notify(mv *modelView) {
 func (a *backendActor) viewOf(mv *modelView) dispatch.BackendView {
 	v := mv.view
 	v.ID, v.URL, v.ClusterID, v.Seq = a.b.ID, a.b.URL, a.b.ClusterID, &a.b.seq
-	v.Active = mv.status == control.StatusActive
+	v.Active = mv.status == wire.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
 	v.Ejected, v.EjectedAt = a.health.ejected, a.health.at
 	return v
@@ -283,13 +283,13 @@ func (a *backendActor) stateNow() *State {
 		Models: make(map[string]*ModelState, len(a.models)), Health: a.health.state(),
 	}
 	for name, mv := range a.models {
-		st := control.StatsFromLoad(&mv.view.Load)
+		st := wire.StatsFromLoad(&mv.view.Load)
 		st.OutputTPS, st.MaxOutputTPS = mv.stats.OutputTPS, mv.stats.MaxOutputTPS
 		s.Models[name] = &ModelState{
 			Status: mv.status, Generation: mv.generation, SeqEcho: mv.view.SeqEcho, Stats: st,
 			StatsAgeMs: now.Sub(mv.view.UpdatedAt).Milliseconds(),
 		}
-		if mv.status == control.StatusActive && a.hasRTT {
+		if mv.status == wire.StatusActive && a.hasRTT {
 			s.Routable = true
 		}
 	}

@@ -14,10 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -55,15 +55,15 @@ func newRig(t *testing.T) *rig {
 }
 
 // registration of backend id listing models, with heartbeat hbMs.
-func registration(id string, hbMs uint64, models ...string) control.Registration {
-	r := control.Registration{ID: id, URL: "http://127.0.0.1:18080", ClusterID: id, HeartbeatMs: hbMs, Models: make(map[string]control.Model, len(models))}
+func registration(id string, hbMs uint64, models ...string) wire.Registration {
+	r := wire.Registration{ID: id, URL: "http://127.0.0.1:18080", ClusterID: id, HeartbeatMs: hbMs, Models: make(map[string]wire.Model, len(models))}
 	for _, m := range models {
-		r.Models[m] = control.Model{Status: control.StatusActive, Generation: 1, Stats: control.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}}
+		r.Models[m] = wire.Model{Status: wire.StatusActive, Generation: 1, Stats: wire.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}}
 	}
 	return r
 }
 
-func (r *rig) register(t *testing.T, reg control.Registration) {
+func (r *rig) register(t *testing.T, reg wire.Registration) {
 	t.Helper()
 	if err := r.fleet.Register(reg); err != nil {
 		t.Fatalf("register %s: %v", reg.ID, err)

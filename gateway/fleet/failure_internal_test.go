@@ -10,9 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 type quietObserver struct{}
@@ -38,8 +38,8 @@ func TestFailedBackendActorLeavesUntilItRegistersAgain(t *testing.T) {
 			dir.Stop()
 			time.Sleep(time.Minute) // let protoactor's throttle goroutines finish (virtual time)
 		})
-		reg := control.Registration{ID: "p1", URL: "http://127.0.0.1:18080", ClusterID: "c1", HeartbeatMs: 60_000, Models: map[string]control.Model{
-			"a": {Status: control.StatusActive, Generation: 1, Stats: control.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}},
+		reg := wire.Registration{ID: "p1", URL: "http://127.0.0.1:18080", ClusterID: "c1", HeartbeatMs: 60_000, Models: map[string]wire.Model{
+			"a": {Status: wire.StatusActive, Generation: 1, Stats: wire.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}},
 		}}
 		register := func() {
 			if err := f.Register(reg); err != nil {

@@ -19,8 +19,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // ErrConflict means a live registration tried to change its id, URL, cluster or routing key.
@@ -113,11 +113,11 @@ type State struct {
 
 // ModelState is one model of a backend in State.
 type ModelState struct {
-	Status     string        `json:"status"`
-	Generation uint64        `json:"generation"`
-	StatsAgeMs int64         `json:"stats_age_ms"`
-	SeqEcho    uint64        `json:"dispatch_seq_echo"`
-	Stats      control.Stats `json:"stats"`
+	Status     string     `json:"status"`
+	Generation uint64     `json:"generation"`
+	StatsAgeMs int64      `json:"stats_age_ms"`
+	SeqEcho    uint64     `json:"dispatch_seq_echo"`
+	Stats      wire.Stats `json:"stats"`
 }
 
 // New returns an empty fleet.
@@ -163,7 +163,7 @@ func (f *Fleet) views(t dispatch.Target) []dispatch.BackendView {
 // Register applies a registration snapshot: it creates the backend (actor, client,
 // prober) on first sight and forwards later snapshots to its actor. A live backend may not
 // change its URL, cluster or routing key (ErrConflict).
-func (f *Fleet) Register(reg control.Registration) error {
+func (f *Fleet) Register(reg wire.Registration) error {
 	f.mu.Lock()
 	b, ok := f.backends[reg.ID]
 	if ok {
@@ -222,7 +222,7 @@ func (f *Fleet) Get(id string) *Backend {
 // waiting for the actor, a newer report of the same model replaces it (an older one, by
 // dispatch sequence and observation time, is dropped as the actor would drop it) and no
 // second message is sent. A report of another model goes as its own message.
-func (f *Fleet) ReportLoad(b *Backend, r *control.LoadReport, at time.Time) {
+func (f *Fleet) ReportLoad(b *Backend, r *wire.LoadReport, at time.Time) {
 	switch b.offerReport(r, at) {
 	case reportNotify:
 		f.deps.System.Root.Send(b.pid, reportReady{})
@@ -242,7 +242,7 @@ const (
 )
 
 // offerReport puts r in b's report slot (see ReportLoad).
-func (b *Backend) offerReport(r *control.LoadReport, at time.Time) int {
+func (b *Backend) offerReport(r *wire.LoadReport, at time.Time) int {
 	b.reportMu.Lock()
 	defer b.reportMu.Unlock()
 	switch {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Load reports are latest-wins while one waits for the actor: a newer report of the same
@@ -14,11 +14,11 @@ import (
 func TestReportSlotKeepsTheNewest(t *testing.T) {
 	var b Backend
 	at := time.Unix(100, 0)
-	rep := func(model string, seq uint64, observedMs int64, queued uint64) *control.LoadReport {
-		return &control.LoadReport{Model: model, DispatchSeq: seq, Load: load.Load{ObservedAtUnixMilli: observedMs, QueuedInputTokens: queued}}
+	rep := func(model string, seq uint64, observedMs int64, queued uint64) *wire.LoadReport {
+		return &wire.LoadReport{Model: model, DispatchSeq: seq, Load: load.Load{ObservedAtUnixMilli: observedMs, QueuedInputTokens: queued}}
 	}
 	steps := []struct {
-		r    *control.LoadReport
+		r    *wire.LoadReport
 		want int
 	}{
 		{rep("m", 1, 10, 100), reportNotify},
@@ -50,10 +50,10 @@ func TestReportSlotKeepsTheNewest(t *testing.T) {
 func TestReportSlotOrdersBuildsAndGenerations(t *testing.T) {
 	var b Backend
 	at := time.Unix(100, 0)
-	rep := func(gen, build uint64) *control.LoadReport {
-		return &control.LoadReport{Model: "m", Generation: gen, Build: build, DispatchSeq: 4, Load: load.Load{ObservedAtUnixMilli: 10}}
+	rep := func(gen, build uint64) *wire.LoadReport {
+		return &wire.LoadReport{Model: "m", Generation: gen, Build: build, DispatchSeq: 4, Load: load.Load{ObservedAtUnixMilli: 10}}
 	}
-	for i, r := range []*control.LoadReport{rep(1, 5), rep(1, 4), rep(1, 6), rep(2, 1), rep(1, 9)} {
+	for i, r := range []*wire.LoadReport{rep(1, 5), rep(1, 4), rep(1, 6), rep(2, 1), rep(1, 9)} {
 		b.offerReport(r, at.Add(time.Duration(i)*time.Second))
 	}
 	m, ok := b.takeReport()

@@ -44,7 +44,7 @@ import (
 	"bytes"
 	"time"
 
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Policy is the configured limits of the policy.
@@ -180,9 +180,9 @@ func (p Policy) Decide(s State, o Outcome) Decision {
 			d.Answer = AnswerResponse
 			break
 		}
-		down := reason == control.RetryLocalConnectFailure
+		down := reason == wire.RetryLocalConnectFailure
 		d.Retryable, d.BackendDown = true, down
-		d.Release = down || reason == control.RetryQueueEstimateMismatch
+		d.Release = down || reason == wire.RetryQueueEstimateMismatch
 		if down {
 			p.retry(&d, s, o, true, ReasonEngineUnreachable, ReasonConnectRetriesExhaust)
 		} else {
@@ -248,5 +248,5 @@ func (p Policy) retryable(o *Outcome) (string, bool) {
 	if len(o.RetryReason) > 0 {
 		return string(o.RetryReason), true
 	}
-	return control.RetryDefaultRetryableResponse, true
+	return wire.RetryDefaultRetryableResponse, true
 }

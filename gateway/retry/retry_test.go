@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/gateway/control"
 	"github.com/switchyard/switchyard/gateway/retry"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 func TestDecide(t *testing.T) {
@@ -102,10 +102,10 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "429 queue_estimate_mismatch: released, a sibling of the cluster first", policy: policy, state: fresh,
-			out: response(429, "true", control.RetryQueueEstimateMismatch),
+			out: response(429, "true", wire.RetryQueueEstimateMismatch),
 			want: retry.Decision{
 				Retry: true, Next: next(fresh, 0, 1, 1), Release: true, Failed: true, PreferCluster: true, Retryable: true,
-				Reason: control.RetryQueueEstimateMismatch,
+				Reason: wire.RetryQueueEstimateMismatch,
 			},
 		},
 		{
@@ -113,20 +113,20 @@ func TestDecide(t *testing.T) {
 			out: response(503, "TRUE", ""),
 			want: retry.Decision{
 				Retry: true, Next: next(fresh, 0, 1, 1), Failed: true, ExcludeCluster: true, Retryable: true,
-				Reason: control.RetryDefaultRetryableResponse,
+				Reason: wire.RetryDefaultRetryableResponse,
 			},
 		},
 		{
 			name: "503 without the signal when it is required: the answer", policy: policy, state: fresh,
-			out:  response(503, "-", control.RetryUpstreamAdmission),
+			out:  response(503, "-", wire.RetryUpstreamAdmission),
 			want: retry.Decision{Answer: retry.AnswerResponse, Next: fresh},
 		},
 		{
 			name: "503 without the signal when it is not required: retried", policy: lenient, state: fresh,
-			out: response(503, "-", control.RetryUpstreamAdmission),
+			out: response(503, "-", wire.RetryUpstreamAdmission),
 			want: retry.Decision{
 				Retry: true, Next: next(fresh, 0, 1, 1), Failed: true, ExcludeCluster: true, Retryable: true,
-				Reason: control.RetryUpstreamAdmission,
+				Reason: wire.RetryUpstreamAdmission,
 			},
 		},
 		{
@@ -136,7 +136,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "engine unreachable: a connect retry, released, a sibling first", policy: policy, state: requestUsed,
-			out: response(503, "true", control.RetryLocalConnectFailure),
+			out: response(503, "true", wire.RetryLocalConnectFailure),
 			want: retry.Decision{
 				Retry: true, Next: next(requestUsed, 1, 0, 1), Release: true, Failed: true, PreferCluster: true,
 				Retryable: true, BackendDown: true, Reason: retry.ReasonEngineUnreachable,
@@ -144,7 +144,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "engine unreachable, connect retries used up: passed through, still released", policy: policy, state: connectUsed,
-			out: response(503, "true", control.RetryLocalConnectFailure),
+			out: response(503, "true", wire.RetryLocalConnectFailure),
 			want: retry.Decision{
 				Answer: retry.AnswerResponse, Next: connectUsed, Release: true, Retryable: true, BackendDown: true,
 				Reason: retry.ReasonConnectRetriesExhaust, Exhausted: true,
@@ -152,15 +152,15 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "request retries used up: passed through, given up under the pylon's reason", policy: policy, state: requestUsed,
-			out: response(429, "true", control.RetryUpstreamAdmission),
+			out: response(429, "true", wire.RetryUpstreamAdmission),
 			want: retry.Decision{
 				Answer: retry.AnswerResponse, Next: requestUsed, Retryable: true,
-				Reason: control.RetryUpstreamAdmission, Exhausted: true,
+				Reason: wire.RetryUpstreamAdmission, Exhausted: true,
 			},
 		},
 		{
 			name: "mismatch past the budget: passed through, released", policy: policy, state: retry.State{Deadline: t0.Add(-time.Millisecond)},
-			out: response(429, "true", control.RetryQueueEstimateMismatch),
+			out: response(429, "true", wire.RetryQueueEstimateMismatch),
 			want: retry.Decision{
 				Answer: retry.AnswerResponse, Next: retry.State{Deadline: t0.Add(-time.Millisecond)}, Release: true, Retryable: true,
 				Reason: retry.ReasonBudgetExhausted, Exhausted: true,
@@ -217,7 +217,7 @@ func TestReasonDoesNotAliasTheResponse(t *testing.T) {
 	reason := []byte("model_generation_unavailable")
 	d := retry.Policy{MaxRequestRetries: 1}.Decide(retry.State{}, retry.Outcome{Kind: retry.Response, Status: 503, RetryReason: reason})
 	copy(reason, "xxxxxxxxxxxxxxxxxxxxxxxxxxxx")
-	if d.Reason != control.RetryModelGenerationUnavail {
-		t.Errorf("reason %q, want %q", d.Reason, control.RetryModelGenerationUnavail)
+	if d.Reason != wire.RetryModelGenerationUnavail {
+		t.Errorf("reason %q, want %q", d.Reason, wire.RetryModelGenerationUnavail)
 	}
 }

@@ -1,5 +1,5 @@
 // Package register is the pylon's registrar: one protoactor actor per gateway that PUTs the
-// full registration snapshot (control.Registration) every heartbeat and, coalesced, on every
+// full registration snapshot (wire.Registration) every heartbeat and, coalesced, on every
 // change, backs off exponentially with jitter while the gateway is unreachable or refuses,
 // and learns the gateway's id from its ack. The HTTP exchange runs in a goroutine the actor
 // starts; its result comes back as a message, so Receive never blocks.
@@ -17,7 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Defaults of the registration cadence.
@@ -49,7 +49,7 @@ func (n *Notifier) Notify(sender actor.SenderContext, pid *actor.PID) {
 // sent is the result of one PUT.
 type sent struct {
 	status int
-	ack    control.RegistrationAck
+	ack    wire.RegistrationAck
 	err    error
 }
 
@@ -74,7 +74,7 @@ type Config struct {
 type Deps struct {
 	// Snapshot builds the registration for the gateway with the given id ("" until the
 	// first ack).
-	Snapshot  func(gatewayID string) control.Registration
+	Snapshot  func(gatewayID string) wire.Registration
 	Transport Transport
 	Now       func() time.Time
 	Logger    *slog.Logger
@@ -261,7 +261,7 @@ func (r *Registrar) send(c actor.Context, now time.Time) {
 	}
 	r.inFlight, r.dirty, r.lastSent = true, false, now
 	root, self := c.ActorSystem().Root, c.Self()
-	url := r.cfg.GatewayURL + control.RegistrationPath + r.cfg.ID
+	url := r.cfg.GatewayURL + wire.RegistrationPath + r.cfg.ID
 	transport, token := r.deps.Transport, r.cfg.Token
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultSendTimeout)

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/register"
 )
 
@@ -28,7 +28,7 @@ type call struct {
 	method string
 	url    string
 	token  string
-	reg    control.Registration
+	reg    wire.Registration
 }
 
 // rig is one registrar in its own actor system with a scripted transport.
@@ -47,7 +47,7 @@ type rig struct {
 }
 
 func ack(gatewayID string) []byte {
-	b, _ := json.Marshal(control.RegistrationAck{GatewayID: gatewayID, HeartbeatMs: 1000})
+	b, _ := json.Marshal(wire.RegistrationAck{GatewayID: gatewayID, HeartbeatMs: 1000})
 	return b
 }
 
@@ -56,7 +56,7 @@ func newRig(t *testing.T, cfg register.Config, jitter func(time.Duration) time.D
 	t.Helper()
 	r := &rig{t: t, start: time.Now(), sys: actors.NewSystem(slog.New(slog.DiscardHandler)), notify: &register.Notifier{}, answer: answer}
 	deps := register.Deps{
-		Snapshot: func(gatewayID string) control.Registration {
+		Snapshot: func(gatewayID string) wire.Registration {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.snapshots = append(r.snapshots, gatewayID)
@@ -64,7 +64,7 @@ func newRig(t *testing.T, cfg register.Config, jitter func(time.Duration) time.D
 			if gatewayID == "gw-1" {
 				seq = 42 // this gateway's dispatch sequence
 			}
-			return control.Registration{ID: "p1", URL: "http://p1:8100", DispatchSeq: seq, Models: map[string]control.Model{}}
+			return wire.Registration{ID: "p1", URL: "http://p1:8100", DispatchSeq: seq, Models: map[string]wire.Model{}}
 		},
 		Transport: func(_ context.Context, method, url, token string, body []byte) (int, []byte, error) {
 			c := call{at: time.Since(r.start), method: method, url: url, token: token}
@@ -130,7 +130,7 @@ func TestRegistrarHeartbeatCadenceAndGatewayID(t *testing.T) {
 			if i == 0 {
 				wantSeq = 0
 			}
-			if c.method != "PUT" || c.url != "http://gw:8000"+control.RegistrationPath+"p1" || c.token != "s3cret" ||
+			if c.method != "PUT" || c.url != "http://gw:8000"+wire.RegistrationPath+"p1" || c.token != "s3cret" ||
 				c.reg.HeartbeatMs != 1000 || c.reg.DispatchSeq != wantSeq {
 				t.Errorf("call %d: %+v", i, c)
 			}

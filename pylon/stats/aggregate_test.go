@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/admission"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
@@ -87,7 +87,7 @@ func TestPhaseAndPriorityAccounting(t *testing.T) {
 	if l.QueueEstimates == nil || len(l.QueueEstimates) != 0 || l.RunningRequests != 0 {
 		t.Errorf("idle with valid tps must publish an explicit empty map: %+v", l)
 	}
-	s := control.StatsFromLoad(&l)
+	s := wire.StatsFromLoad(&l)
 	data, _ := json.Marshal(s)
 	if !strings.Contains(string(data), `"queue_time_estimate_ms_by_priority":{}`) {
 		t.Errorf("wire form lacks the explicit empty map: %s", data)

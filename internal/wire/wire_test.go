@@ -1,4 +1,4 @@
-package control_test
+package wire_test
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/engines/load"
-	"github.com/switchyard/switchyard/gateway/control"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 func sampleLoad() load.Load {
@@ -25,12 +25,12 @@ func sampleLoad() load.Load {
 func TestStatsRoundTrip(t *testing.T) {
 	t.Parallel()
 	l := sampleLoad()
-	s := control.StatsFromLoad(&l)
+	s := wire.StatsFromLoad(&l)
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back control.Stats
+	var back wire.Stats
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +42,11 @@ func TestStatsRoundTrip(t *testing.T) {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 	empty := load.Load{QueueEstimates: []load.PriorityEstimate{}}
-	data, _ = json.Marshal(control.StatsFromLoad(&empty))
+	data, _ = json.Marshal(wire.StatsFromLoad(&empty))
 	if !strings.Contains(string(data), `"queue_time_estimate_ms_by_priority":{}`) {
 		t.Errorf("an explicit empty map must be sent: %s", data)
 	}
-	data, _ = json.Marshal(control.StatsFromLoad(&load.Load{}))
+	data, _ = json.Marshal(wire.StatsFromLoad(&load.Load{}))
 	if strings.Contains(string(data), "queue_time_estimate") {
 		t.Errorf("an absent map must be omitted: %s", data)
 	}
@@ -55,29 +55,29 @@ func TestStatsRoundTrip(t *testing.T) {
 func TestLoadReportRoundTrip(t *testing.T) {
 	t.Parallel()
 	l := sampleLoad()
-	r := control.LoadReport{Model: "m-1", Generation: 3, Load: l, DispatchSeq: 42, Build: 11}
-	wire := string(control.AppendLoadReport(nil, &r))
-	got, err := control.ParseLoadReport(wire)
+	r := wire.LoadReport{Model: "m-1", Generation: 3, Load: l, DispatchSeq: 42, Build: 11}
+	enc := string(wire.AppendLoadReport(nil, &r))
+	got, err := wire.ParseLoadReport(enc)
 	if err != nil {
-		t.Fatalf("ParseLoadReport(%q): %v", wire, err)
+		t.Fatalf("ParseLoadReport(%q): %v", enc, err)
 	}
-	want := control.LoadReport{Model: "m-1", Generation: 3, DispatchSeq: 42, Build: 11, Load: load.Load{
+	want := wire.LoadReport{Model: "m-1", Generation: 3, DispatchSeq: 42, Build: 11, Load: load.Load{
 		InputTPS: l.InputTPS, QueueSize: l.QueueSize, QueuedInputTokens: l.QueuedInputTokens, RunningRequests: l.RunningRequests,
 		MaxEngineConcurrency: l.MaxEngineConcurrency, ObservedAtUnixMilli: l.ObservedAtUnixMilli, QueueEstimates: l.QueueEstimates,
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("round trip of %q (-want +got):\n%s", wire, diff)
+		t.Errorf("round trip of %q (-want +got):\n%s", enc, diff)
 	}
-	noMap, err := control.ParseLoadReport("v=1;m=x;future=1")
+	noMap, err := wire.ParseLoadReport("v=1;m=x;future=1")
 	if err != nil || noMap.Load.QueueEstimates != nil || noMap.Model != "x" {
 		t.Errorf("unknown fields ignored, absent map nil: %+v %v", noMap, err)
 	}
-	emptyMap, err := control.ParseLoadReport("v=1;pq=")
+	emptyMap, err := wire.ParseLoadReport("v=1;pq=")
 	if err != nil || emptyMap.Load.QueueEstimates == nil || len(emptyMap.Load.QueueEstimates) != 0 {
 		t.Errorf("explicit empty map: %+v %v", emptyMap, err)
 	}
 	for _, bad := range []string{"", "m=x", "v=2", "v=1;q=-1", "v=1;pq=1", "v=1;pq=4:1,2:1", "v=1;tps=x", "v=1;novalue"} {
-		if _, err := control.ParseLoadReport(bad); !errors.Is(err, control.ErrBadLoadReport) {
+		if _, err := wire.ParseLoadReport(bad); !errors.Is(err, wire.ErrBadLoadReport) {
 			t.Errorf("ParseLoadReport(%q) = %v, want ErrBadLoadReport", bad, err)
 		}
 	}
@@ -85,12 +85,12 @@ func TestLoadReportRoundTrip(t *testing.T) {
 
 func TestDispatchSeq(t *testing.T) {
 	t.Parallel()
-	gw, seq, err := control.ParseDispatchSeq(control.FormatDispatchSeq("gw/a", 17))
+	gw, seq, err := wire.ParseDispatchSeq(wire.FormatDispatchSeq("gw/a", 17))
 	if err != nil || gw != "gw/a" || seq != 17 {
 		t.Errorf("got %q %d %v", gw, seq, err)
 	}
 	for _, bad := range []string{"", "/1", "gw", "gw/x"} {
-		if _, _, err := control.ParseDispatchSeq(bad); err == nil {
+		if _, _, err := wire.ParseDispatchSeq(bad); err == nil {
 			t.Errorf("ParseDispatchSeq(%q) accepted", bad)
 		}
 	}
@@ -99,7 +99,7 @@ func TestDispatchSeq(t *testing.T) {
 func TestParseRegistration(t *testing.T) {
 	t.Parallel()
 	ok := `{"inference_server_id":"p1","inference_server_url":"http://127.0.0.1:8100","models":{"m":{"status":"ACTIVE","generation":1,"stats":{"last_mean_input_tps":100}}}}`
-	r, err := control.ParseRegistration("p1", []byte(ok))
+	r, err := wire.ParseRegistration("p1", []byte(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +116,8 @@ func TestParseRegistration(t *testing.T) {
 		"bad priority":  {"p1", `{"inference_server_id":"p1","inference_server_url":"http://a:1","models":{"m":{"status":"ACTIVE","stats":{"queue_time_estimate_ms_by_priority":{"x":1}}}}}`, "priority"},
 		"trailing":      {"p1", ok + `{}`, "trailing"},
 	} {
-		_, err := control.ParseRegistration(tt.path, []byte(tt.body))
-		if !errors.Is(err, control.ErrBadRegistration) || !strings.Contains(err.Error(), tt.want) {
+		_, err := wire.ParseRegistration(tt.path, []byte(tt.body))
+		if !errors.Is(err, wire.ErrBadRegistration) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want ErrBadRegistration mentioning %q", name, err, tt.want)
 		}
 	}
@@ -125,14 +125,14 @@ func TestParseRegistration(t *testing.T) {
 
 func FuzzParseLoadReport(f *testing.F) {
 	l := sampleLoad()
-	f.Add(string(control.AppendLoadReport(nil, &control.LoadReport{Model: "m", Load: l, DispatchSeq: 1, Build: 9})))
+	f.Add(string(wire.AppendLoadReport(nil, &wire.LoadReport{Model: "m", Load: l, DispatchSeq: 1, Build: 9})))
 	f.Add("v=1;pq=")
 	f.Fuzz(func(t *testing.T, s string) {
-		r, err := control.ParseLoadReport(s)
+		r, err := wire.ParseLoadReport(s)
 		if err != nil || strings.ContainsAny(r.Model, ";") {
 			return
 		}
-		again, err := control.ParseLoadReport(string(control.AppendLoadReport(nil, &r)))
+		again, err := wire.ParseLoadReport(string(wire.AppendLoadReport(nil, &r)))
 		if err != nil {
 			t.Fatalf("re-encoding %q failed: %v", s, err)
 		}
@@ -145,7 +145,7 @@ func FuzzParseLoadReport(f *testing.F) {
 func FuzzParseRegistration(f *testing.F) {
 	f.Add("p1", `{"inference_server_id":"p1","inference_server_url":"http://127.0.0.1:8100","models":{"m":{"status":"ACTIVE","stats":{}}}}`)
 	f.Fuzz(func(t *testing.T, id, body string) {
-		r, err := control.ParseRegistration(id, []byte(body))
+		r, err := wire.ParseRegistration(id, []byte(body))
 		if err == nil && (r.ID != id || r.ClusterID == "") {
 			t.Fatalf("accepted an inconsistent registration: %+v", r)
 		}
@@ -155,7 +155,7 @@ func FuzzParseRegistration(f *testing.F) {
 func TestLoadReportMergeAndOrder(t *testing.T) {
 	t.Parallel()
 	l := sampleLoad()
-	r := control.LoadReport{Load: load.Load{QueueSize: 9, RunningRequests: 1, MaxEngineConcurrency: 4, InputTPS: 10, ObservedAtUnixMilli: l.ObservedAtUnixMilli + 1}, DispatchSeq: 7}
+	r := wire.LoadReport{Load: load.Load{QueueSize: 9, RunningRequests: 1, MaxEngineConcurrency: 4, InputTPS: 10, ObservedAtUnixMilli: l.ObservedAtUnixMilli + 1}, DispatchSeq: 7}
 	if !r.Supersedes(7, l.ObservedAtUnixMilli, 0) || r.Supersedes(8, 0, 0) || r.Supersedes(0, l.ObservedAtUnixMilli+2, 0) {
 		t.Error("Supersedes must accept newer-or-equal sequence and time only")
 	}
@@ -194,13 +194,13 @@ func TestLoadReportMergeAndOrder(t *testing.T) {
 // gives way to a newer generation's whatever its build.
 func TestRegisteredAndReplaces(t *testing.T) {
 	t.Parallel()
-	view := control.LoadReport{Generation: 2, Build: 6, DispatchSeq: 9, Load: load.Load{QueuedInputTokens: 7, ObservedAtUnixMilli: 3000}}
-	reg := func(gen, build, seq uint64) control.LoadReport {
-		return control.LoadReport{Generation: gen, Build: build, DispatchSeq: seq, Load: load.Load{QueuedInputTokens: 500, KVCapacityTokens: 999, ObservedAtUnixMilli: 3000}}
+	view := wire.LoadReport{Generation: 2, Build: 6, DispatchSeq: 9, Load: load.Load{QueuedInputTokens: 7, ObservedAtUnixMilli: 3000}}
+	reg := func(gen, build, seq uint64) wire.LoadReport {
+		return wire.LoadReport{Generation: gen, Build: build, DispatchSeq: seq, Load: load.Load{QueuedInputTokens: 500, KVCapacityTokens: 999, ObservedAtUnixMilli: 3000}}
 	}
 	for _, c := range []struct {
 		name               string
-		reg                control.LoadReport
+		reg                wire.LoadReport
 		queued, build, seq uint64
 	}{
 		{"earlier build", reg(2, 5, 9), 7, 6, 9},

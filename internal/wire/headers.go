@@ -1,4 +1,4 @@
-package control
+package wire
 
 // Request headers of the routing contract (the reference router's, listed in docs/gateway.md).
 const (
