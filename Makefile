@@ -29,7 +29,7 @@ OPENAI_CLIENT := gateway/testdata/openai-client
 test: build openai-client ## go vet, every test with -race and -shuffle=on (fuzz corpora replayed), then the allocation tests without -race, then chart-test.
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 12m ./...
-	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./pylon/relay/ ./pylon/stats/
+	$(GO) test -run 'AllocatesNothing|DoNotAllocate' -count=1 ./actors/ ./gateway/ ./gateway/lb/ ./pylon/ ./internal/relay/ ./pylon/stats/
 	$(MAKE) --no-print-directory chart-test
 
 # The official openai npm client for the gateway's compatibility test: installed when npm

@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
-	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // The access log: one `access` record per request, at info, through the gateway's logger

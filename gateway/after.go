@@ -13,7 +13,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lb"
-	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // Work a buffered (non-streamed) answer does not need before the client has it — applying

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
-	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // Client connections are accepted with raw socket I/O (docs/gateway.md, "Raw socket I/O"): losing

@@ -30,10 +30,10 @@ import (
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/internal/httpserver"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
 	"github.com/switchyard/switchyard/internal/wire"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Defaults of Config (a zero field means the default).

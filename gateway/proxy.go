@@ -20,8 +20,8 @@ import (
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/gateway/retry"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // hopByHop headers are never forwarded in either direction.

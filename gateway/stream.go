@@ -14,7 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
-	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // What the client gets when the pylon's answer breaks after its headers:

@@ -11,9 +11,9 @@ import (
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/tracing"
 	"github.com/switchyard/switchyard/internal/wire"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // OpenTelemetry spans of one routed request (docs/tracing.md): gateway.request (server,

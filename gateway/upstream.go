@@ -3,7 +3,7 @@ package gateway
 import (
 	"errors"
 
-	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // newUpstreamConns returns the watchdog of every pylon connection: the upstream headers

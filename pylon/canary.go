@@ -11,8 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Canary results (pylon_canary_checks_total{result}).

@@ -8,8 +8,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/pylon/admission"
-	"github.com/switchyard/switchyard/pylon/relay"
 	"github.com/switchyard/switchyard/pylon/stats"
 )
 

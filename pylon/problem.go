@@ -9,9 +9,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/admission"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // problem is an application/problem+json answer the pylon itself produces. This file is

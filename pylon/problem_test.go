@@ -13,8 +13,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // The one place where the pylon's failures become HTTP answers.

@@ -30,9 +30,9 @@ import (
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/internal/httpserver"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Deps are the pylon's collaborators; zero fields get production defaults.

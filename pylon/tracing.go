@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/tracing"
-	"github.com/switchyard/switchyard/pylon/relay"
 )
 
 // Tracer is an OpenTelemetry tracer (Deps.Tracer).

@@ -1,8 +1,9 @@
-// Package relay holds the pylon's stream relay pieces: a scanner that watches an
-// OpenAI-style SSE (or JSON) response for the first output and the usage fields without
-// changing a byte, and a body-stream wrapper that feeds it while fasthttp copies the
-// engine's chunks to the gateway one by one (the response's body stream is handed to
-// fasthttp, which writes and flushes one chunk per read: no goroutine, no extra copy).
+// Package relay is the streaming and socket layer the gateway and the pylon share: raw
+// socket reads and writes on Linux (rawio*.go) and the per-connection watchdog that enforces
+// first-output and stream-idle deadlines (conns.go), the stream copy loop with its typed
+// endings (stream.go, ending.go), and a scanner that watches an OpenAI-style SSE (or JSON)
+// response for the first output and the usage fields without changing a byte (the pylon
+// feeds it while fasthttp copies the engine's chunks to the gateway one by one).
 package relay
 
 import (

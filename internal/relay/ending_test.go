@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/engines/mock/mocktest"
-	"github.com/switchyard/switchyard/pylon/relay"
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // readAll reads r to its end with a small buffer (several reads per event).
