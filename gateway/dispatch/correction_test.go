@@ -250,15 +250,15 @@ func TestTTFTCorrectionIsPerTarget(t *testing.T) {
 }
 
 // A decision that discounted the chosen cluster's prefill for a prefix it expects cached
-// (here an affinity group's first request, at cache_affinity_input_tokens_scale 0.1)
-// reports that estimate, but its observation does not feed the correction: its error is
-// the discount's, not the cluster's.
+// (here an affinity group's requests without session memory, at
+// cache_affinity_input_tokens_scale 0.1) reports that estimate, but its observation does
+// not feed the correction: its error is the discount's, not the cluster's.
 func TestTTFTCorrectionLearnsOnlyFromFullPrefillEstimates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		f.backend("a", 0, load.Load{InputTPS: 10_000, MaxEngineConcurrency: 8}, 0)
 		e := waw()
-		e.SelectionCount, e.AffinityInputScale = 1, 0.1
+		e.SelectionCount, e.AffinityInputScale, e.SessionTTL = 1, 0.1, 0
 		for range 10 {
 			out := <-f.route(e, 1000, func(p *dispatch.Pending) { p.Req.AffinityKey = "k" }).Mailbox
 			f.sys.Root.Send(f.pid, dispatch.Release{BackendID: out.BackendID, Seq: out.Seq})

@@ -96,6 +96,16 @@ func (x *prefixIndex) recordKey(cand *Candidate, key, tokens uint64, now time.Ti
 	x.add(cand, x.keyBuf[:], tokens, now)
 }
 
+// keyTokens returns the tokens recorded by recordKey for the session of key hash key on
+// cluster, when it is still remembered there and fresh.
+func (x *prefixIndex) keyTokens(cluster string, key uint64, now time.Time) (uint64, bool) {
+	c := x.clusters[cluster]
+	if c == nil || !c.fresh(key, now, x.ttl) {
+		return 0, false
+	}
+	return c.slots[c.index[key]].tokens, true
+}
+
 func (x *prefixIndex) add(cand *Candidate, chain []uint64, tokens uint64, now time.Time) {
 	c := x.clusters[cand.ClusterID]
 	if c == nil {

@@ -74,12 +74,15 @@ func TestSessionWaitsForItsCacheAfterTheHold(t *testing.T) {
 	})
 	free := snap(idle("a", 1), idle("b", 1))
 	key := keyWithGroup(t, e, free, 0)
-	// 2M tokens: 2 s of prefill at 1M tokens/s, 200 ms discounted.
+	// The second turn is 2M tokens: 2 s of prefill at 1M tokens/s; a holds the first
+	// turn's 1.8M, so only the 200k-token suffix is new there (200 ms).
 	req := func(now time.Time) *lb.Request {
 		return &lb.Request{AffinityKey: key, InputTokens: 2_000_000, At: now}
 	}
 	b := newBalancer(t, e, seeded())
-	expect(t, "first turn", b.Decide(free, req(at), 0), lb.Selected(0, 1))
+	first := req(at)
+	first.InputTokens = 1_800_000
+	expect(t, "first turn", b.Decide(free, first, 0), lb.Selected(0, 1))
 	fullA := snap(full(idle("a", 1)), idle("b", 1))
 	// b costs 1.8 s more than a: its bucket unlocks 1.8 s after X, at 2 s.
 	d := b.Decide(fullA, req(at.Add(time.Second)), 300*time.Millisecond)
@@ -126,5 +129,50 @@ func TestNewSessionsFillTheGroupsKVCapacity(t *testing.T) {
 	d := b.Decide(s, &lb.Request{AffinityKey: "session-0", InputTokens: 10_200, At: at.Add(time.Second)}, 0)
 	if d.Kind != lb.KindSelected || s.Candidates[d.Index].ClusterID != "fast" {
 		t.Errorf("a known session went to %v, want fast, where it is", d)
+	}
+}
+
+// With session memory the affinity phase prices what each session really costs: a new
+// session (the memory does not know it) its full prefill, since no cluster holds any of
+// it; a returning one, on its last cluster, only the suffix beyond what its previous turn
+// sent there; and the configured cache_affinity_input_tokens_scale only when the KV
+// accounting no longer holds the session there.
+func TestSessionPricesItsNewSuffix(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	e := waw(func(e *lbconfig.Entry) {
+		e.SelectionCount, e.AffinityWait, e.SessionTTL, e.SessionTableSize = 1, 200*time.Millisecond, time.Minute, 16
+		e.AffinityInputScale = 0.5
+	})
+	free := snap(idle("a", 1), idle("b", 1))
+	key := keyWithGroup(t, e, free, 0)
+	b := newBalancer(t, e, seeded())
+	// 1M tokens/s and 1 ms RTT: a full prefill of 100k tokens is 100 ms.
+	d := b.Decide(free, &lb.Request{AffinityKey: key, InputTokens: 100_000, At: at}, 0)
+	if d.Kind != lb.KindSelected || d.Index != 0 || d.TTFT.Duration() != 101*time.Millisecond {
+		t.Errorf("new session: %v, want a at its full 101 ms", d)
+	}
+	d = b.Decide(free, &lb.Request{AffinityKey: key, InputTokens: 110_000, At: at.Add(time.Second)}, 0)
+	if d.Kind != lb.KindSelected || d.Index != 0 || d.TTFT.Duration() != 11*time.Millisecond {
+		t.Errorf("returning session: %v, want a at 11 ms (1 ms RTT and the 10k-token suffix)", d)
+	}
+
+	// a reports a KV cache of 150k tokens: a second session of 100k tokens sent there
+	// pushes the first one out of the accounting, which then knows nothing better than
+	// the configured scale.
+	small := snap(idle("a", 1), idle("b", 1))
+	small.Candidates[0].Load.KVCapacityTokens = 150_000
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("other-%d", i); fmt.Sprint(lb.AffinityGroup(b, free, &lb.Request{AffinityKey: k})) == "[0]" {
+			other = k
+		}
+	}
+	f := newBalancer(t, e, seeded())
+	f.Decide(small, &lb.Request{AffinityKey: key, InputTokens: 100_000, At: at}, 0)
+	f.Decide(small, &lb.Request{AffinityKey: other, InputTokens: 100_000, At: at.Add(time.Millisecond)}, 0)
+	d = f.Decide(small, &lb.Request{AffinityKey: key, InputTokens: 110_000, At: at.Add(time.Second)}, 0)
+	if d.Kind != lb.KindSelected || d.TTFT.Duration() != 56*time.Millisecond {
+		t.Errorf("returning session the accounting forgot: %v, want 56 ms (1 ms RTT and half of 110k tokens)", d)
 	}
 }

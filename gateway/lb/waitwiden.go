@@ -163,9 +163,11 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 		return b.byLastCluster(s, r, group, elapsed)
 	}
 	remember := b.sessions.enabled() && !r.At.IsZero()
-	last := int32(-1)
+	last, known := int32(-1), false
+	var keyHash uint64
 	if remember {
-		if last = b.returning(s, r, group); last < 0 {
+		keyHash = xxh3.HashString(r.AffinityKey)
+		if last, known = b.returning(s, r, group); last < 0 {
 			group = b.placeNew(s, r, group)
 		}
 	}
@@ -176,16 +178,33 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	// redo). Inside the hold the group's other member opens at the usual pace: it may hold
 	// an older part of the session, and spreading a group's load is what the group is for.
 	affine, global := pricing{scale: b.cfg.scale, only: last}, fullPrice
-	if last >= 0 {
-		global = pricing{scale: b.cfg.scale, only: last, patient: true}
+	switch {
+	case last >= 0:
+		affine.scale = b.returningScale(s, r, last, keyHash)
+		global = pricing{scale: affine.scale, only: last, patient: true}
+	case remember && !known:
+		affine = fullPrice // a new session: no cluster holds any of it
 	}
 	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, affine, global, last)
 	if remember && d.Kind == KindSelected {
 		cand := &s.Candidates[d.Index]
 		b.sessions.put(r.AffinityKey, cand.ClusterID, r.At)
-		b.kv.recordKey(cand, xxh3.HashString(r.AffinityKey), r.InputTokens, r.At)
+		b.kv.recordKey(cand, keyHash, r.InputTokens, r.At)
 	}
 	return d
+}
+
+// returningScale is the prefill scale of a returning session on its last cluster (index
+// last): the share of r's input beyond what the session's previous turn sent there — the
+// new suffix, all the engine has to prefill when it kept the prefix. When the KV accounting
+// no longer holds the session there (its tokens would not fit the cluster's cache beside
+// the sessions sent since), the configured cache_affinity_input_tokens_scale.
+func (b *waitAndWiden) returningScale(s *Snapshot, r *Request, last int32, keyHash uint64) float64 {
+	prev, ok := b.kv.keyTokens(s.Candidates[last].ClusterID, keyHash, r.At)
+	if !ok || r.InputTokens == 0 {
+		return b.cfg.scale
+	}
+	return float64(r.InputTokens-min(prev, r.InputTokens)) / float64(r.InputTokens)
 }
 
 // placeNew narrows the affinity group of a session the memory does not know (a new one, or
@@ -280,19 +299,20 @@ func promote(dst, group []int32, last int32) []int32 {
 // returning looks r's affinity key up in the session memory. When the cluster that last
 // served it is a current, non-excluded member of the key's affinity group, it returns that
 // member's index, which the affinity phase prefers while it can take the request; else -1.
+// known says whether the memory knows the session at all (a new session: false).
 // A last cluster outside the group (a fallback during the hold's overflow) does not pull
 // the session out of its group: once the group can take it again, the session goes back.
-func (b *waitAndWiden) returning(s *Snapshot, r *Request, group []int32) int32 {
+func (b *waitAndWiden) returning(s *Snapshot, r *Request, group []int32) (last int32, known bool) {
 	cluster, ok := b.sessions.get(r.AffinityKey, r.At)
 	if !ok || r.IsExcluded(cluster) {
-		return -1
+		return -1, ok
 	}
 	for _, i := range group {
 		if s.Candidates[i].ClusterID == cluster {
-			return i
+			return i, true
 		}
 	}
-	return -1
+	return -1, true
 }
 
 // withHold is the affinity decision with a hold: the affinity phase over the group at the
