@@ -50,3 +50,37 @@ func TestNearTiesAreSpread(t *testing.T) {
 		}
 	}
 }
+
+// Among wait-and-widen's near-ties the least busy engine wins (running requests per slot),
+// so equivalent clusters split a stream of requests evenly rather than as unevenly as coin
+// flips: with a keeping one more request running than b, b takes every near-tie; with
+// both equally busy, either may.
+func TestNearTiesGoToTheLeastBusy(t *testing.T) {
+	t.Parallel()
+	b := newBalancer(t, waw(func(e *lbconfig.Entry) { e.TieTolerance = lbconfig.DefaultWAWTieTolerance }), seeded())
+	busy := func(c lb.Candidate, running uint64) lb.Candidate {
+		c.Load.RunningRequests = running
+		return c
+	}
+	uneven := snap(busy(idle("a", 0.2), 3), busy(idle("b", 12), 2))
+	for i := range 200 {
+		if d := b.Decide(uneven, &lb.Request{InputTokens: 100}, 0); d.Kind != lb.KindSelected || d.Index != 1 {
+			t.Fatalf("decision %d: %v, want the less busy b", i, d)
+		}
+	}
+	even := snap(busy(idle("a", 0.2), 2), busy(idle("b", 12), 2))
+	n := 0
+	for range 1000 {
+		if d := b.Decide(even, &lb.Request{InputTokens: 100}, 0); d.Kind == lb.KindSelected && d.Index == 1 {
+			n++
+		}
+	}
+	if n < 350 || n > 650 {
+		t.Errorf("equally busy near-ties: b got %d of 1000, want about half", n)
+	}
+	// A cluster clearly faster than the tie band still wins however busy it is.
+	far := snap(busy(idle("a", 0.2), 9), busy(idle("b", 45), 0))
+	if d := b.Decide(far, &lb.Request{InputTokens: 100}, 0); d.Kind != lb.KindSelected || d.Index != 0 {
+		t.Errorf("clearly faster but busier a: %v, want a", d)
+	}
+}

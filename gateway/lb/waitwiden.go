@@ -576,8 +576,9 @@ func (c *wawConfig) waitFor(s *Snapshot, locked []scored, wait load.Millis) time
 // best samples min(n, len(open)) entries uniformly (partial Fisher–Yates) and returns the
 // candidate index of the best by the comparator; the first minimum of the shuffled sample
 // wins, so ties are broken at random. With the ttft comparator and a tie tolerance, the
-// first entry of the shuffled sample within the tolerance of the minimum wins: near-ties
-// are spread at random too, drawing nothing more from rng.
+// least busy entry of the sample within the tolerance of the minimum wins (the first of
+// the shuffled sample among equally busy ones): near-ties are spread by load, drawing
+// nothing more from rng.
 func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) scored {
 	k := min(c.n, len(open))
 	for i := range k {
@@ -591,13 +592,29 @@ func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) score
 		}
 	}
 	if c.tie > 0 && c.comparator == load.ComparatorTTFT {
-		for i := range bi {
-			if open[i].cmpv <= open[bi].cmpv+c.tie {
-				return open[i]
+		// Near-ties go to the least busy of them (running requests, reservations
+		// included, relative to the engine's concurrency), the first of the shuffled
+		// sample among equally busy ones: a join-the-shorter-queue choice that keeps
+		// equivalent clusters' shares even instead of as uneven as coin flips.
+		limit, pick := open[bi].cmpv+c.tie, -1
+		for i := range k {
+			if open[i].cmpv > limit {
+				continue
+			}
+			if pick < 0 || busier(&s.Candidates[open[pick].idx].Load, &s.Candidates[open[i].idx].Load) {
+				pick = i
 			}
 		}
+		return open[pick]
 	}
 	return open[bi]
+}
+
+// busier reports whether a's engine is strictly busier than b's: more running requests per
+// slot of concurrency (an unknown concurrency counts as one slot).
+func busier(a, b *load.Load) bool {
+	am, bm := max(a.MaxEngineConcurrency, 1), max(b.MaxEngineConcurrency, 1)
+	return a.RunningRequests*bm > b.RunningRequests*am
 }
 
 // less reports whether a is strictly better than b under the configured comparator.
