@@ -10,7 +10,7 @@ import (
 
 // powerOfN samples sample_count distinct non-excluded candidates and takes the best by its
 // comparator, ties broken uniformly at random. With the ttft comparator, estimates within
-// the tie tolerance of the best count as ties. It never waits.
+// the tie tolerance of the best count as ties, and go to the least busy of them first. It never waits.
 //
 // The sample is drawn without scanning the snapshot (draw): uniform indices, rejecting
 // excluded and already drawn ones, so a decision costs O(sample_count × (sample_count +
@@ -59,11 +59,22 @@ func (b *powerOfN) Decide(s *Snapshot, r *Request, _ time.Duration) Decision {
 	}
 	b.scores, b.ttfts = scores, ttfts
 	// Reservoir tie-break over the candidates within the tolerance of the best: the k-th
-	// tied candidate wins with probability 1/k.
+	// tied candidate wins with probability 1/k. With a tolerance, the near-ties go to the
+	// least busy of them first (as wait-and-widen's), the reservoir breaking equal load.
 	best, bestAt, ties := -1, 0, 0
 	for i, idx := range el[:k] {
 		if scores[i] > bestScore+b.tie || (b.tie == 0 && scores[i] != bestScore) {
 			continue
+		}
+		if best >= 0 && b.tie > 0 {
+			cur, cand := &s.Candidates[best].Load, &s.Candidates[idx].Load
+			if busier(cand, cur) {
+				continue
+			}
+			if busier(cur, cand) {
+				best, bestAt, ties = int(idx), i, 1
+				continue
+			}
 		}
 		ties++
 		if ties == 1 || b.rng.IntN(ties) == 0 {

@@ -176,3 +176,37 @@ func TestSessionPricesItsNewSuffix(t *testing.T) {
 		t.Errorf("returning session the accounting forgot: %v, want 56 ms (1 ms RTT and half of 110k tokens)", d)
 	}
 }
+
+// Inside its affinity group a returning session waits for the member that holds it as
+// long as moving would add at least as much: the group's other member opens only when the
+// time waited reaches the prefill it would redo (not next_bucket_unlock_factor × that, as
+// for a new session), and a member that served an older turn is priced at what it lacks.
+func TestSessionWaitsForItsCacheInsideTheGroup(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	e := waw(func(e *lbconfig.Entry) {
+		e.SelectionCount, e.AffinityWait, e.SessionTTL, e.SessionTableSize = 2, 10*time.Second, time.Minute, 16
+		e.AffinityInputScale = 0.1
+	})
+	free := snap(idle("a", 1), idle("b", 1), idle("c", 1))
+	key := keyWithGroup(t, e, free, 0, 1)
+	req := func(now time.Time, tokens uint64) *lb.Request {
+		return &lb.Request{AffinityKey: key, InputTokens: tokens, At: now}
+	}
+	b := newBalancer(t, e, seeded())
+	expect(t, "first turn", b.Decide(free, req(at, 1_800_000), 0), lb.Selected(0, 1))
+	fullA := snap(full(idle("a", 1)), idle("b", 1), idle("c", 1))
+	// b would prefill all 2M tokens (2 s), a only the 200k new ones: b opens 1.8 s in.
+	if d := b.Decide(fullA, req(at.Add(time.Second), 2_000_000), time.Second); d.Kind != lb.KindWait || d.Wait < 750*time.Millisecond || d.Wait > 850*time.Millisecond {
+		t.Errorf("1 s in: %v, want a wait of about 0.8 s for the session's cluster", d)
+	}
+	d := b.Decide(fullA, req(at.Add(time.Second), 2_000_000), 1900*time.Millisecond)
+	expect(t, "1.9 s in", d, lb.Selected(1, 1))
+	// The session is on b now; a holds its first 1.8M tokens. With b full, a (lacking
+	// 400k of 2.2M: 400 ms) opens once the wait reaches 400 − 200 ms, not 2.2 s.
+	fullB := snap(idle("a", 1), full(idle("b", 1)), idle("c", 1))
+	if d := b.Decide(fullB, req(at.Add(2*time.Second), 2_200_000), 100*time.Millisecond); d.Kind != lb.KindWait {
+		t.Errorf("0.1 s in: %v, want a wait", d)
+	}
+	expect(t, "0.25 s in", b.Decide(fullB, req(at.Add(2*time.Second), 2_200_000), 250*time.Millisecond), lb.Selected(0, 1))
+}

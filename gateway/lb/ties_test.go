@@ -57,30 +57,41 @@ func TestNearTiesAreSpread(t *testing.T) {
 // both equally busy, either may.
 func TestNearTiesGoToTheLeastBusy(t *testing.T) {
 	t.Parallel()
-	b := newBalancer(t, waw(func(e *lbconfig.Entry) { e.TieTolerance = lbconfig.DefaultWAWTieTolerance }), seeded())
 	busy := func(c lb.Candidate, running uint64) lb.Candidate {
 		c.Load.RunningRequests = running
 		return c
 	}
-	uneven := snap(busy(idle("a", 0.2), 3), busy(idle("b", 12), 2))
-	for i := range 200 {
-		if d := b.Decide(uneven, &lb.Request{InputTokens: 100}, 0); d.Kind != lb.KindSelected || d.Index != 1 {
-			t.Fatalf("decision %d: %v, want the less busy b", i, d)
+	pon := lbconfig.DefaultEntry(lbconfig.PowerOfN)
+	for _, c := range []struct {
+		name    string
+		entry   lbconfig.Entry
+		nearRTT float64 // b's RTT: within the tie band of a's 0.2 ms
+		farRTT  float64 // b's RTT: clearly beyond it
+	}{
+		{"wait-and-widen", waw(func(e *lbconfig.Entry) { e.TieTolerance = lbconfig.DefaultWAWTieTolerance }), 12, 45},
+		{"power-of-n", pon, 2.5, 20},
+	} {
+		b := newBalancer(t, c.entry, seeded())
+		uneven := snap(busy(idle("a", 0.2), 3), busy(idle("b", c.nearRTT), 2))
+		for i := range 200 {
+			if d := b.Decide(uneven, &lb.Request{InputTokens: 100}, 0); d.Kind != lb.KindSelected || d.Index != 1 {
+				t.Fatalf("%s, decision %d: %v, want the less busy b", c.name, i, d)
+			}
 		}
-	}
-	even := snap(busy(idle("a", 0.2), 2), busy(idle("b", 12), 2))
-	n := 0
-	for range 1000 {
-		if d := b.Decide(even, &lb.Request{InputTokens: 100}, 0); d.Kind == lb.KindSelected && d.Index == 1 {
-			n++
+		even := snap(busy(idle("a", 0.2), 2), busy(idle("b", c.nearRTT), 2))
+		n := 0
+		for range 1000 {
+			if d := b.Decide(even, &lb.Request{InputTokens: 100}, 0); d.Kind == lb.KindSelected && d.Index == 1 {
+				n++
+			}
 		}
-	}
-	if n < 350 || n > 650 {
-		t.Errorf("equally busy near-ties: b got %d of 1000, want about half", n)
-	}
-	// A cluster clearly faster than the tie band still wins however busy it is.
-	far := snap(busy(idle("a", 0.2), 9), busy(idle("b", 45), 0))
-	if d := b.Decide(far, &lb.Request{InputTokens: 100}, 0); d.Kind != lb.KindSelected || d.Index != 0 {
-		t.Errorf("clearly faster but busier a: %v, want a", d)
+		if n < 350 || n > 650 {
+			t.Errorf("%s, equally busy near-ties: b got %d of 1000, want about half", c.name, n)
+		}
+		// A cluster clearly faster than the tie band still wins however busy it is.
+		far := snap(busy(idle("a", 0.2), 9), busy(idle("b", c.farRTT), 0))
+		if d := b.Decide(far, &lb.Request{InputTokens: 100}, 0); d.Kind != lb.KindSelected || d.Index != 0 {
+			t.Errorf("%s, clearly faster but busier a: %v, want a", c.name, d)
+		}
 	}
 }

@@ -32,6 +32,7 @@ type waitAndWiden struct {
 	groupBuf []int32
 	roomBuf  []int32
 	hashBuf  []byte
+	heldBuf  []heldScale
 }
 
 // wawConfig is the part of an lb-config entry the bucket routine needs.
@@ -108,6 +109,10 @@ type pricing struct {
 	scale float64
 	only  int32
 	per   []float64
+	// held, when set, prices the listed candidates at their own scales (the share of the
+	// request a cluster does not hold, from the session's KV accounting) and every other
+	// candidate at scale.
+	held []heldScale
 	// patient, on a global phase's pricing, makes its buckets unlock at the pace of their
 	// extra cost: a bucket that costs d more opens d after the hold (not
 	// next_bucket_unlock_factor × d). For a session whose cluster holds its cache: waiting
@@ -119,7 +124,18 @@ type pricing struct {
 // fullPrice prices every candidate's prefill in full.
 var fullPrice = pricing{scale: 1, only: -1}
 
+// heldScale is the prefill scale of candidate idx for a session it holds part of.
+type heldScale struct {
+	idx   int32
+	scale float64
+}
+
 func (p pricing) of(i int32) float64 {
+	for _, h := range p.held {
+		if h.idx == i {
+			return h.scale
+		}
+	}
 	switch {
 	case p.per != nil:
 		return p.per[i]
@@ -171,17 +187,19 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 			group = b.placeNew(s, r, group)
 		}
 	}
-	// A known session: only the cluster that holds it gets the discount, in the affinity
-	// phase and after the hold; after the hold the others' buckets unlock at the pace of
-	// what they would cost more (patient pricing), so a session whose cluster is full waits
+	// A known session: each cluster is priced at what it would prefill of the session —
+	// the cluster that served it last only the new suffix, a group member that served an
+	// older turn the rest beyond that turn, any other cluster all of it — in the affinity
+	// phase and after the hold, and the buckets of the costlier clusters unlock at the pace
+	// of what they would cost more (patient pricing): a session whose cluster is full waits
 	// for its cache as long as moving would add at least as much (the prefill it would
-	// redo). Inside the hold the group's other member opens at the usual pace: it may hold
-	// an older part of the session, and spreading a group's load is what the group is for.
+	// redo), and then moves where the least of it is redone.
 	affine, global := pricing{scale: b.cfg.scale, only: last}, fullPrice
 	switch {
 	case last >= 0:
-		affine.scale = b.returningScale(s, r, last, keyHash)
-		global = pricing{scale: affine.scale, only: last, patient: true}
+		held := b.heldScales(s, r, group, last, keyHash)
+		affine = pricing{scale: 1, only: -1, held: held, patient: true}
+		global = affine
 	case remember && !known:
 		affine = fullPrice // a new session: no cluster holds any of it
 	}
@@ -194,17 +212,37 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	return d
 }
 
-// returningScale is the prefill scale of a returning session on its last cluster (index
-// last): the share of r's input beyond what the session's previous turn sent there — the
-// new suffix, all the engine has to prefill when it kept the prefix. When the KV accounting
-// no longer holds the session there (its tokens would not fit the cluster's cache beside
-// the sessions sent since), the configured cache_affinity_input_tokens_scale.
-func (b *waitAndWiden) returningScale(s *Snapshot, r *Request, last int32, keyHash uint64) float64 {
-	prev, ok := b.kv.keyTokens(s.Candidates[last].ClusterID, keyHash, r.At)
-	if !ok || r.InputTokens == 0 {
-		return b.cfg.scale
+// heldScales prices a returning session on the clusters that hold part of it: its last
+// cluster (index last) and the members of its group the KV accounting remembers it on,
+// each at the share of r's input beyond the session's tokens there (for the last cluster
+// the new suffix, all the engine has to prefill when it kept the prefix). When the
+// accounting no longer holds the session on its last cluster (its tokens would not fit the
+// cluster's cache beside the sessions sent since), that cluster gets the configured
+// cache_affinity_input_tokens_scale.
+func (b *waitAndWiden) heldScales(s *Snapshot, r *Request, group []int32, last int32, keyHash uint64) []heldScale {
+	held := b.heldBuf[:0]
+	share := func(i int32) (float64, bool) {
+		prev, ok := b.kv.keyTokens(s.Candidates[i].ClusterID, keyHash, r.At)
+		if !ok || r.InputTokens == 0 {
+			return 0, false
+		}
+		return float64(r.InputTokens-min(prev, r.InputTokens)) / float64(r.InputTokens), true
 	}
-	return float64(r.InputTokens-min(prev, r.InputTokens)) / float64(r.InputTokens)
+	if sc, ok := share(last); ok {
+		held = append(held, heldScale{idx: last, scale: sc})
+	} else {
+		held = append(held, heldScale{idx: last, scale: b.cfg.scale})
+	}
+	for _, i := range group {
+		if i == last {
+			continue
+		}
+		if sc, ok := share(i); ok {
+			held = append(held, heldScale{idx: i, scale: sc})
+		}
+	}
+	b.heldBuf = held
+	return held
 }
 
 // placeNew narrows the affinity group of a session the memory does not know (a new one, or
