@@ -18,6 +18,17 @@ func warmCell(ratio float64) *ttftCell {
 	return cell
 }
 
+// scatteredCell is a correction cell with enough observations to be warm but no typical
+// ratio: its answers were all far faster than estimated (cache hits, which no correction
+// applies to).
+func scatteredCell() *ttftCell {
+	cell := newTTFTCell()
+	for i := range 3 * TTFTCorrectionWarmup {
+		cell.observe(0, 100*time.Millisecond, time.Duration(1+i%5)*time.Millisecond)
+	}
+	return cell
+}
+
 // A cluster whose correction is not warm takes its warm peers' (geometric mean) factor,
 // so that it does not look slower than they only for lack of observations; with no warm
 // peer nothing is corrected, and turning the correction off clears every factor.
@@ -30,6 +41,9 @@ func TestColdClustersTakeTheirPeersCorrection(t *testing.T) {
 		{"one warm, one cold", []*ttftCell{warmCell(0.5), newTTFTCell()}, []float64{0.5, 0.5}},
 		{"two warm, one cold", []*ttftCell{warmCell(0.5), warmCell(2), newTTFTCell()}, []float64{0.5, 2, 1}},
 		{"all cold", []*ttftCell{newTTFTCell(), newTTFTCell()}, []float64{0, 0}},
+		// Its observations scattered over ratios no correction fits (every bin below
+		// MinTTFTCorrection/2 or no bin holding enough of them): as unknown as a new one.
+		{"warm without a typical ratio", []*ttftCell{warmCell(0.5), scatteredCell()}, []float64{0.5, 0.5}},
 		{"cold after a reset", []*ttftCell{warmCell(0.5), func() *ttftCell { c := warmCell(2); c.reset(); return c }()}, []float64{0.5, 0.5}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -98,10 +98,10 @@ func (c *TTFTCorrection) Observe(estimated, observed time.Duration) {
 }
 
 // typical is the factor of the densest three neighbouring bins within the admissible
-// band, or 1 when they hold too small a share (or before the warm-up).
+// band, or 0 (none) when they hold too small a share (or before the warm-up).
 func (c *TTFTCorrection) typical() float64 {
 	if c.n < TTFTCorrectionWarmup {
-		return 1
+		return 0
 	}
 	best, bestW, bestS := -1, 0.0, 0.0
 	for i := ttftModeFirst; i < ttftBins; i++ {
@@ -117,7 +117,7 @@ func (c *TTFTCorrection) typical() float64 {
 		}
 	}
 	if best < 0 || bestW < ttftMinModeShare*c.total {
-		return 1
+		return 0
 	}
 	return min(max(math.Exp(bestS/bestW), MinTTFTCorrection), MaxTTFTCorrection)
 }
@@ -144,15 +144,18 @@ type ttftCell struct {
 	mu  sync.Mutex
 	c   TTFTCorrection
 	gen uint64 // bumped by reset: observations of estimates made before are dropped
-	// factor holds math.Float64bits(c.Factor()) once the correction is warm
-	// (TTFTCorrectionWarmup observations), 0 before: not yet known.
+	// factor holds math.Float64bits of the correction's typical ratio once it has one
+	// (after TTFTCorrectionWarmup observations, a ratio holding enough of them), 0 while
+	// it has none: not known, and the scheduler then uses its peers' factor. A cluster
+	// whose observations show no typical ratio is as unknown as a new one: left at 1 next
+	// to peers corrected to 0.5 it would look twice as slow and get no traffic.
 	factor atomic.Uint64
 }
 
 func newTTFTCell() *ttftCell { return &ttftCell{} }
 
-// learned is the cell's current multiplier (1 = none), or 0 while it has had too few
-// observations to know (the scheduler then uses its peers' factor: see correct).
+// learned is the cell's current multiplier, or 0 while it has none: too few observations,
+// or no typical ratio among them (the scheduler then uses its peers' factor: see correct).
 func (cell *ttftCell) learned() float64 { return math.Float64frombits(cell.factor.Load()) }
 
 // generation is the cell's current generation (read by the scheduler, its only writer).
@@ -179,9 +182,7 @@ func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration) {
 		return
 	}
 	cell.c.Observe(estimated, observed)
-	if cell.c.Observations() >= TTFTCorrectionWarmup {
-		cell.factor.Store(math.Float64bits(cell.c.Factor()))
-	}
+	cell.factor.Store(math.Float64bits(cell.c.factor))
 }
 
 // state returns the cell's factor and observation count (for /debug/state).

@@ -145,7 +145,7 @@ func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
 	s.corrected = on
 }
 
-// poolCold gives the candidates whose correction is not warm (Correction 0) the geometric
+// poolCold gives the candidates whose correction has no factor (Correction 0) the geometric
 // mean of the warm ones' factors; the logarithms are taken only while some cluster is cold.
 func (s *Scheduler) poolCold(snap *lb.Snapshot) {
 	logSum, n := 0.0, 0
