@@ -20,7 +20,7 @@ func TestNearTiesAreSpread(t *testing.T) {
 		tolerance time.Duration
 		entry     func(tol time.Duration) lbconfig.Entry
 	}{
-		{"power-of-n", snap(idle("a", 0.2), idle("b", 2.5)), snap(idle("a", 0.2), idle("b", 20)), lbconfig.DefaultTieTolerance, func(tol time.Duration) lbconfig.Entry {
+		{"power-of-n", snap(idle("a", 0.2), idle("b", 12)), snap(idle("a", 0.2), idle("b", 45)), lbconfig.DefaultTieTolerance, func(tol time.Duration) lbconfig.Entry {
 			e := lbconfig.DefaultEntry(lbconfig.PowerOfN)
 			e.TieTolerance = tol
 			return e
@@ -69,7 +69,7 @@ func TestNearTiesGoToTheLeastBusy(t *testing.T) {
 		farRTT  float64 // b's RTT: clearly beyond it
 	}{
 		{"wait-and-widen", waw(func(e *lbconfig.Entry) { e.TieTolerance = lbconfig.DefaultWAWTieTolerance }), 12, 45},
-		{"power-of-n", pon, 2.5, 20},
+		{"power-of-n", pon, 12, 45},
 	} {
 		b := newBalancer(t, c.entry, seeded())
 		uneven := snap(busy(idle("a", 0.2), 3), busy(idle("b", c.nearRTT), 2))

@@ -20,7 +20,7 @@ const (
 	DefaultBucketSize         = 20 * time.Millisecond // ttft_bucket_size_ms
 	DefaultUnlockFactor       = 0.25                  // next_bucket_unlock_factor
 	DefaultN                  = 2                     // n, the wait-and-widen sample size
-	DefaultTieTolerance       = 5 * time.Millisecond  // tie_tolerance_ms of power-of-n
+	DefaultTieTolerance       = 20 * time.Millisecond // tie_tolerance_ms of power-of-n: one TTFT bucket, as wait-and-widen
 	DefaultWAWTieTolerance    = 20 * time.Millisecond // tie_tolerance_ms of wait-and-widen: one TTFT bucket
 	DefaultSessionTTL         = 5 * time.Minute       // session_affinity_ttl_ms (wait-and-widen)
 	DefaultSessionTableSize   = 65536                 // session_table_size (wait-and-widen)

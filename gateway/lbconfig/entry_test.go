@@ -36,7 +36,7 @@ func TestDefaultEntry(t *testing.T) {
 	pwaw.Algorithm, pwaw.Name, pwaw.Comparator, pwaw.TieTolerance = PulsarWaitAndWiden, "pulsar-wait-and-widen", load.ComparatorNone, 0
 	pwaw.SessionTTL, pwaw.SessionTableSize, pwaw.PrefixIndexBlocks, pwaw.PrefixIndexTTL = 0, 0, 0, 0
 	want := []Entry{
-		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 5 * time.Millisecond, TTFTCorrection: true},
+		{Algorithm: PowerOfN, Name: "power-of-n", SampleCount: 2, Comparator: load.ComparatorTTFT, TieTolerance: 20 * time.Millisecond, TTFTCorrection: true},
 		waw,
 		{Algorithm: RoundRobin, Name: "round-robin"},
 		{Algorithm: Random, Name: "random"},
