@@ -13,7 +13,7 @@ import (
 func warmCell(ratio float64) *ttftCell {
 	cell := newTTFTCell()
 	for range TTFTCorrectionWarmup {
-		cell.observe(0, 100*time.Millisecond, time.Duration(ratio*float64(100*time.Millisecond)))
+		cell.observe(0, 100*time.Millisecond, time.Duration(ratio*float64(100*time.Millisecond)), false)
 	}
 	return cell
 }
@@ -24,7 +24,7 @@ func warmCell(ratio float64) *ttftCell {
 func scatteredCell() *ttftCell {
 	cell := newTTFTCell()
 	for i := range 3 * TTFTCorrectionWarmup {
-		cell.observe(0, 100*time.Millisecond, time.Duration(1+i%5)*time.Millisecond)
+		cell.observe(0, 100*time.Millisecond, time.Duration(1+i%5)*time.Millisecond, false)
 	}
 	return cell
 }

@@ -143,13 +143,18 @@ func (c *TTFTCorrection) Factor() float64 {
 type ttftCell struct {
 	mu  sync.Mutex
 	c   TTFTCorrection
-	gen uint64 // bumped by reset: observations of estimates made before are dropped
+	// cached learns from the discounted estimates alone (a prefix expected cached):
+	// lb.Candidate.CachedCorrection.
+	cached TTFTCorrection
+	gen    uint64 // bumped by reset: observations of estimates made before are dropped
 	// factor holds math.Float64bits of the correction's typical ratio once it has one
 	// (after TTFTCorrectionWarmup observations, a ratio holding enough of them), 0 while
 	// it has none: not known, and the scheduler then uses its peers' factor. A cluster
 	// whose observations show no typical ratio is as unknown as a new one: left at 1 next
 	// to peers corrected to 0.5 it would look twice as slow and get no traffic.
 	factor atomic.Uint64
+	// cachedFactor is factor's counterpart for cached.
+	cachedFactor atomic.Uint64
 }
 
 func newTTFTCell() *ttftCell { return &ttftCell{} }
@@ -157,6 +162,11 @@ func newTTFTCell() *ttftCell { return &ttftCell{} }
 // learned is the cell's current multiplier, or 0 while it has none: too few observations,
 // or no typical ratio among them (the scheduler then uses its peers' factor: see correct).
 func (cell *ttftCell) learned() float64 { return math.Float64frombits(cell.factor.Load()) }
+
+// learnedCached is learned's counterpart for discounted estimates.
+func (cell *ttftCell) learnedCached() float64 {
+	return math.Float64frombits(cell.cachedFactor.Load())
+}
 
 // generation is the cell's current generation (read by the scheduler, its only writer).
 func (cell *ttftCell) generation() uint64 {
@@ -169,16 +179,23 @@ func (cell *ttftCell) generation() uint64 {
 func (cell *ttftCell) reset() {
 	cell.mu.Lock()
 	defer cell.mu.Unlock()
-	cell.c = TTFTCorrection{}
+	cell.c, cell.cached = TTFTCorrection{}, TTFTCorrection{}
 	cell.gen++
 	cell.factor.Store(0)
+	cell.cachedFactor.Store(0)
 }
 
-// observe learns from one observation of an estimate made at generation gen.
-func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration) {
+// observe learns from one observation of an estimate made at generation gen (cached: a
+// discounted estimate).
+func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration, cached bool) {
 	cell.mu.Lock()
 	defer cell.mu.Unlock()
 	if gen != cell.gen {
+		return
+	}
+	if cached {
+		cell.cached.Observe(estimated, observed)
+		cell.cachedFactor.Store(math.Float64bits(cell.cached.factor))
 		return
 	}
 	cell.c.Observe(estimated, observed)
@@ -189,7 +206,10 @@ func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration) {
 func (cell *ttftCell) state() CorrectionState {
 	cell.mu.Lock()
 	defer cell.mu.Unlock()
-	return CorrectionState{Factor: cell.c.Factor(), Observations: cell.c.Observations()}
+	return CorrectionState{
+		Factor: cell.c.Factor(), Observations: cell.c.Observations(),
+		CachedFactor: cell.cached.Factor(), CachedObservations: cell.cached.Observations(),
+	}
 }
 
 // Feedback takes one granted attempt's observed time to first byte back to the TTFT
@@ -199,8 +219,10 @@ func (cell *ttftCell) state() CorrectionState {
 type Feedback struct {
 	cell *ttftCell
 	gen  uint64
-	// raw is the estimate without the correction: what the correction learns about.
-	raw time.Duration
+	// raw is the estimate without the correction: what the correction learns about;
+	// cached says it was discounted (it teaches the cached class).
+	raw    time.Duration
+	cached bool
 }
 
 // Observe records the attempt's observed time to first byte (cheap; safe from any
@@ -208,6 +230,6 @@ type Feedback struct {
 // dropped.
 func (f Feedback) Observe(observed time.Duration) {
 	if f.cell != nil {
-		f.cell.observe(f.gen, f.raw, observed)
+		f.cell.observe(f.gen, f.raw, observed, f.cached)
 	}
 }

@@ -251,29 +251,40 @@ func TestTTFTCorrectionIsPerTarget(t *testing.T) {
 
 // A decision that discounted the chosen cluster's prefill for a prefix it expects cached
 // (here an affinity group's requests without session memory, at
-// cache_affinity_input_tokens_scale 0.1) reports that estimate, but its observation does
-// not feed the correction: its error is the discount's, not the cluster's.
-func TestTTFTCorrectionLearnsOnlyFromFullPrefillEstimates(t *testing.T) {
+// cache_affinity_input_tokens_scale 0.1) reports that estimate, and its observation feeds
+// the cluster's correction of discounted estimates, not its full-prefill correction: a
+// cached request's error is the discount's and the engine's fixed cost, not the cluster's
+// speed. Once warm, discounted estimates carry their own factor; full-prefill estimates
+// stay as their own correction has it.
+func TestTTFTCorrectionLearnsDiscountedEstimatesApart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		f.backend("a", 0, load.Load{InputTPS: 10_000, MaxEngineConcurrency: 8}, 0)
 		e := waw()
 		e.SelectionCount, e.AffinityInputScale, e.SessionTTL = 1, 0.1, 0
-		for range 10 {
+		for i := range 10 {
 			out := <-f.route(e, 1000, func(p *dispatch.Pending) { p.Req.AffinityKey = "k" }).Mailbox
 			f.sys.Root.Send(f.pid, dispatch.Release{BackendID: out.BackendID, Seq: out.Seq})
-			if out.Estimate != 10*time.Millisecond {
-				t.Fatalf("estimate %v, want the discounted 10ms", out.Estimate)
+			want := 10 * time.Millisecond // RTT 0 + 100 of 1000 tokens at 10k/s
+			if i >= dispatch.TTFTCorrectionWarmup {
+				want = 20 * time.Millisecond // the learned 2×
 			}
-			out.Feedback.Observe(100 * time.Millisecond)
+			if out.Estimate != want {
+				t.Fatalf("discounted estimate %d: %v, want %v", i, out.Estimate, want)
+			}
+			out.Feedback.Observe(20 * time.Millisecond)
 		}
-		if c, ok := f.state(t).TTFTCorrections["a"]; ok {
-			t.Errorf("learned %+v from discounted estimates, want nothing", c)
+		c := f.state(t).TTFTCorrections["a"]
+		if c.Observations != 0 || c.CachedObservations != 10 || math.Abs(c.CachedFactor-2) > 0.01 {
+			t.Errorf("after 10 discounted estimates: %+v, want 10 cached observations, factor 2, and none of full prefills", c)
 		}
 		out := f.grantReleased(t, e) // no affinity key: a full-prefill estimate
+		if out.Estimate != 100*time.Millisecond {
+			t.Errorf("full-prefill estimate %v, want the uncorrected 100ms", out.Estimate)
+		}
 		out.Feedback.Observe(100 * time.Millisecond)
-		if c := f.state(t).TTFTCorrections["a"]; c.Observations != 1 {
-			t.Errorf("after a full-prefill estimate: %+v, want 1 observation", c)
+		if c := f.state(t).TTFTCorrections["a"]; c.Observations != 1 || c.CachedObservations != 10 {
+			t.Errorf("after a full-prefill estimate: %+v, want 1 observation and the 10 cached ones", c)
 		}
 	})
 }

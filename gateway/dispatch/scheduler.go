@@ -568,9 +568,10 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 // estimate fills out's TTFT estimate of the granted candidate (the decision's, or a full
 // prefill one when the balancer does not estimate) and the feedback that takes the
 // observed time to first byte back to the candidate's correction, uncorrected. Only a
-// full-prefill estimate feeds the correction: one the balancer discounted for a prefix it
-// expects cached (cache affinity, session memory, prefix index) is as right as that
-// expectation, which says nothing about the cluster's speed.
+// full-prefill estimate feeds the cluster's correction: one the balancer discounted for a
+// prefix it expects cached (cache affinity, session memory, prefix index) is as right as
+// that expectation, which says nothing about the cluster's speed; it feeds the cluster's
+// correction of discounted estimates instead (lb.Candidate.CachedCorrection).
 func (s *Scheduler) estimate(out *Outcome, p *Pending, cand *lb.Candidate, d lb.Decision) {
 	full := cand.Estimate(&p.Req, 1, load.Ignore{}).Comparator
 	est := d.TTFT
@@ -581,15 +582,17 @@ func (s *Scheduler) estimate(out *Outcome, p *Pending, cand *lb.Candidate, d lb.
 		return
 	}
 	out.Estimate, out.HasEstimate = est.Duration(), true
-	if est < full*(1-1e-9) {
-		return // discounted
+	discounted := est < full*(1-1e-9)
+	scale := 1.0
+	if discounted {
+		scale = 0 // any scale below 1: the factor Estimate applied to a discounted prefill
 	}
-	if f := load.Millis(cand.Correction); f > 0 {
+	if f := load.Millis(cand.EstimateFactor(scale)); f > 0 {
 		est /= f
 	}
 	if d.Index >= 0 && d.Index < len(s.cells) {
 		cell := s.cells[d.Index]
-		out.Feedback = Feedback{cell: cell, gen: cell.generation(), raw: est.Duration()}
+		out.Feedback = Feedback{cell: cell, gen: cell.generation(), raw: est.Duration(), cached: discounted}
 	}
 }
 

@@ -130,27 +130,35 @@ func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
 	if !on && !s.corrected {
 		return
 	}
-	cold := false
+	cold, coldCached := false, false
 	for i := range snap.Candidates {
-		f := 0.0
+		f, fc := 0.0, 0.0
 		if on {
-			f = s.cells[i].learned()
-			cold = cold || f == 0
+			f, fc = s.cells[i].learned(), s.cells[i].learnedCached()
+			cold, coldCached = cold || f == 0, coldCached || fc == 0
 		}
-		snap.Candidates[i].Correction = f
+		snap.Candidates[i].Correction, snap.Candidates[i].CachedCorrection = f, fc
 	}
 	if cold {
-		s.poolCold(snap)
+		poolCold(snap, full)
+	}
+	if coldCached {
+		poolCold(snap, cachedClass)
 	}
 	s.corrected = on
 }
 
-// poolCold gives the candidates whose correction has no factor (Correction 0) the geometric
+// full and cachedClass select a candidate's correction of full-prefill estimates and of
+// discounted ones.
+func full(c *lb.Candidate) *float64        { return &c.Correction }
+func cachedClass(c *lb.Candidate) *float64 { return &c.CachedCorrection }
+
+// poolCold gives the candidates whose correction of one class has no factor (0) the geometric
 // mean of the warm ones' factors; the logarithms are taken only while some cluster is cold.
-func (s *Scheduler) poolCold(snap *lb.Snapshot) {
+func poolCold(snap *lb.Snapshot, class func(*lb.Candidate) *float64) {
 	logSum, n := 0.0, 0
 	for i := range snap.Candidates {
-		if f := snap.Candidates[i].Correction; f > 0 {
+		if f := *class(&snap.Candidates[i]); f > 0 {
 			logSum += math.Log(f)
 			n++
 		}
@@ -160,8 +168,8 @@ func (s *Scheduler) poolCold(snap *lb.Snapshot) {
 	}
 	pooled := math.Exp(logSum / float64(n))
 	for i := range snap.Candidates {
-		if snap.Candidates[i].Correction == 0 {
-			snap.Candidates[i].Correction = pooled
+		if f := class(&snap.Candidates[i]); *f == 0 {
+			*f = pooled
 		}
 	}
 }

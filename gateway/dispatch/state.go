@@ -29,6 +29,10 @@ type State struct {
 type CorrectionState struct {
 	Factor       float64 `json:"factor"`
 	Observations int     `json:"observations"`
+	// CachedFactor and CachedObservations are the correction of discounted estimates
+	// (a prefix expected cached).
+	CachedFactor       float64 `json:"cached_factor"`
+	CachedObservations int     `json:"cached_observations"`
 }
 
 // stateRequest asks the scheduler for its State (debug only).
@@ -55,7 +59,7 @@ func (s *Scheduler) stateNow() *State {
 		if info.ttft == nil {
 			continue
 		}
-		if cs := info.ttft.state(); cs.Observations > 0 {
+		if cs := info.ttft.state(); cs.Observations > 0 || cs.CachedObservations > 0 {
 			if st.TTFTCorrections == nil {
 				st.TTFTCorrections = map[string]CorrectionState{}
 			}

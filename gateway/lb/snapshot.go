@@ -21,18 +21,36 @@ type Candidate struct {
 	// Queue and Prefill terms): the ratio of observed to estimated times to first byte the
 	// gateway learned for this cluster. 0 (the zero value) and 1 correct nothing.
 	Correction float64
+	// CachedCorrection replaces Correction for estimates whose prefill is discounted
+	// (scale < 1: a prefix the balancer expects cached there), learned from those
+	// estimates alone: a cached request's error (the engine's fixed cost of a request,
+	// which the load reports do not carry) is not a full prefill's. 0 = none learned:
+	// Correction applies.
+	CachedCorrection float64
 }
 
 // Estimate is c's TTFT estimate for r with its prefill scaled by scale, corrected by
-// c.Correction: the one place every estimating balancer gets a candidate's estimate from.
+// c.Correction (c.CachedCorrection for a discounted prefill): the one place every
+// estimating balancer gets a candidate's estimate from.
 func (c *Candidate) Estimate(r *Request, scale float64, ignore load.Ignore) load.Estimate {
 	e := c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, scale, ignore)
-	if f := load.Millis(c.Correction); f > 0 && f != 1 {
+	if f := load.Millis(c.factor(scale)); f > 0 && f != 1 {
 		e.TTFT *= f
 		e.Comparator *= f
 	}
 	return e
 }
+
+// factor is the correction of an estimate at prefill scale.
+func (c *Candidate) factor(scale float64) float64 {
+	if scale < 1 && c.CachedCorrection > 0 {
+		return c.CachedCorrection
+	}
+	return c.Correction
+}
+
+// EstimateFactor is the correction Estimate applies at prefill scale (0: none).
+func (c *Candidate) EstimateFactor(scale float64) float64 { return c.factor(scale) }
 
 // Snapshot is the immutable candidate set of one routing target (routing key × model) at
 // one moment, reservations included. Candidates are in stable cluster-id order; build it
