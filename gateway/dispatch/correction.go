@@ -141,8 +141,8 @@ func (c *TTFTCorrection) Factor() float64 {
 // goroutines, hence the lock; the factor is also published in an atomic so the
 // scheduler's reads take no lock.
 type ttftCell struct {
-	mu  sync.Mutex
-	c   TTFTCorrection
+	mu sync.Mutex
+	c  TTFTCorrection
 	// cached learns from the discounted estimates alone (a prefix expected cached):
 	// lb.Candidate.CachedCorrection.
 	cached TTFTCorrection
