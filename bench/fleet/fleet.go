@@ -95,6 +95,7 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 				"--kv-cache-capacity-tokens=" + strconv.FormatUint(e.KVCacheCapacityTokens, 10),
 				"--seed=" + strconv.FormatUint(opts.Seed*1000+uint64(c.Index)+1, 10), //nolint:gosec // small index
 				"--time-scale=" + ms(timeScale),
+				"--advertise-concurrency=" + strconv.FormatBool(!e.HideConcurrency),
 			},
 		})
 	}

@@ -67,6 +67,10 @@ type Profile struct {
 	KVCacheCapacityTokens uint64       `yaml:"kv_cache_capacity_tokens"`
 	ServiceTimeMs         ServiceTime  `yaml:"service_time_ms"`
 	Registration          Registration `yaml:"registration"`
+	// AdvertiseConcurrency (default true) makes the cluster's engine report its
+	// concurrency limit in its stats pings; false runs it as an engine that does not,
+	// so pylons publish the limit unknown (our extension of the scenario format).
+	AdvertiseConcurrency *bool `yaml:"advertise_concurrency"`
 }
 
 // ServiceTime is the mock engine's timing profile (milliseconds and tokens per second).

@@ -87,6 +87,8 @@ type EngineFlags struct {
 	PrefillTokensPerS     float64
 	MaxConcurrentRequests int
 	KVCacheCapacityTokens uint64
+	// HideConcurrency runs the engine with --no-advertise-concurrency.
+	HideConcurrency bool
 }
 
 // Engine returns the engine settings of cluster c: the profile scaled by the number of
@@ -106,5 +108,6 @@ func (c *Cluster) Engine() EngineFlags {
 		PrefillTokensPerS:     st.PrefillTokensPerS,
 		MaxConcurrentRequests: c.Profile.MaxConcurrentRequests * n,
 		KVCacheCapacityTokens: c.Profile.KVCacheCapacityTokens * uint64(n),
+		HideConcurrency:       c.Profile.AdvertiseConcurrency != nil && !*c.Profile.AdvertiseConcurrency,
 	}
 }

@@ -37,6 +37,7 @@ type cli struct {
 	TTFTJitter            time.Duration `name:"ttft-jitter" default:"0s" help:"Bound of the deterministic TTFT jitter (legacy)."`
 	PrefillTokensPerS     float64       `name:"prefill-tokens-per-s" default:"0" help:"Prefill rate in tokens/s (legacy); 0 = no prefill delay."`
 	MaxConcurrentRequests int           `name:"max-concurrent-requests" default:"0" help:"Requests generating at once; 0 = unlimited."`
+	AdvertiseConcurrency  bool          `name:"advertise-concurrency" default:"true" negatable:"" help:"Report the concurrency limit (max_engine_concurrency) in the stats stream's pings; --no-advertise-concurrency behaves as an engine that does not, so pylons publish it unknown and gateways estimate queueing from prompt work alone."`
 	HealthDelay           time.Duration `name:"health-delay" default:"0s" help:"Delay of GET /health."`
 	KVCacheCapacityTokens uint64        `name:"kv-cache-capacity-tokens" default:"0" help:"Prefix KV cache capacity in tokens (per worker); 0 = no cache."`
 	EngineModel           string        `name:"engine-model" default:"legacy" enum:"legacy,batched" help:"Timing model: legacy or batched."`
@@ -82,6 +83,7 @@ func (c *cli) config() mock.Config {
 		TTFTJitter:             c.TTFTJitter,
 		PrefillTokensPerSecond: c.PrefillTokensPerS,
 		MaxConcurrentRequests:  c.MaxConcurrentRequests,
+		HideConcurrency:        !c.AdvertiseConcurrency,
 		HealthDelay:            c.HealthDelay,
 		KVCacheCapacityTokens:  c.KVCacheCapacityTokens,
 		EngineModel:            c.EngineModel,

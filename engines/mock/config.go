@@ -61,6 +61,10 @@ type Config struct {
 	PrefillTokensPerSecond float64
 	// MaxConcurrentRequests bounds the requests generating at once; 0 means unlimited.
 	MaxConcurrentRequests int
+	// HideConcurrency leaves max_engine_concurrency out of the stats stream's pings, as
+	// engines that do not report their concurrency: the pylons then publish it unknown
+	// (--no-advertise-concurrency).
+	HideConcurrency bool
 	// HealthDelay delays GET /health (default 0).
 	HealthDelay time.Duration
 	// KVCacheCapacityTokens is the prefix cache capacity (per worker in the batched

@@ -91,10 +91,11 @@ func (s *subscriber) push(line []byte) {
 }
 
 // appendPings appends the ping lines: one per served model carrying
-// max_engine_concurrency when the engine's concurrency is bounded, else one bare ping.
+// max_engine_concurrency when the engine's concurrency is bounded (and not hidden), else
+// one bare ping.
 func (e *Engine) appendPings(b []byte) []byte {
 	n := e.MaxConcurrency()
-	if n <= 0 {
+	if n <= 0 || e.cfg.HideConcurrency {
 		return append(b, `{"v":1,"type":"ping"}`+"\n"...)
 	}
 	e.mu.Lock()
