@@ -88,8 +88,9 @@ func TestBadConfigExitsWithStatus2(t *testing.T) {
 		{[]string{"--config", cfg}, []string{`unknown key "token_dealy"`, `did you mean "token_delay"?`}},
 		{[]string{"--http-listen-addr", "127.0.0.1:0", "--time-scale", "0"}, []string{"--time-scale must be > 0"}},
 	} {
+		bin := mocktest.Binary(t, "../engine") // built before the deadline starts
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		out, err := exec.CommandContext(ctx, mocktest.Binary(t, "../engine"), tc.args...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, tc.args...).CombinedOutput()
 		cancel()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
@@ -105,9 +106,10 @@ func TestBadConfigExitsWithStatus2(t *testing.T) {
 
 // --log-format json: every stderr line is one JSON object; SIGTERM exits 0.
 func TestJSONLogsAndCleanExit(t *testing.T) {
+	bin := mocktest.Binary(t, "../engine") // built before the deadline starts
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := mocktest.Command(ctx, mocktest.Binary(t, "../engine"), "--http-listen-addr", mocktest.FreeAddr(t), "--log-format", "json", "--log-level", "debug")
+	cmd := mocktest.Command(ctx, bin, "--http-listen-addr", mocktest.FreeAddr(t), "--log-format", "json", "--log-level", "debug")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -118,9 +118,10 @@ func TestConfigTypoExitsWithStatus2(t *testing.T) {
 // --log-format json (here from the environment): every stderr line is one JSON object
 // with a single component attribute; SIGTERM exits 0.
 func TestJSONLogsAndCleanExit(t *testing.T) {
+	bin := mocktest.Binary(t, "../gateway") // built before the deadline starts
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := mocktest.Command(ctx, mocktest.Binary(t, "../gateway"),
+	cmd := mocktest.Command(ctx, bin,
 		"--http-listen-addr", mocktest.FreeAddr(t), "--admin-listen-addr", mocktest.FreeAddr(t), "--log-level", "debug")
 	cmd.Env = append(os.Environ(), "SWITCHYARD_GATEWAY_LOG_FORMAT=json")
 	stderr, err := cmd.StderrPipe()

@@ -100,9 +100,10 @@ log_format: json
 // A config file with a misspelt key stops the pylon at start: exit status 2, the key named.
 func TestConfigTypoExitsWithStatus2(t *testing.T) {
 	cfg := writeConfig(t, "pylon.yaml", "upstream_http_base_url: http://127.0.0.1:1\nmin_update_intervall: 1s\n")
+	bin := mocktest.Binary(t, "../pylon") // built before the deadline starts
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, mocktest.Binary(t, "../pylon"), "--config", cfg).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, "--config", cfg).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Errorf("%v, want exit status 2\n%s", err, out)
@@ -116,10 +117,11 @@ func TestConfigTypoExitsWithStatus2(t *testing.T) {
 // gateway: every stderr line is one JSON object with at most one component attribute
 // (the actor system's and the registrars' lines included); SIGTERM exits 0.
 func TestJSONLogsHaveOneComponent(t *testing.T) {
+	engineBin, pylonBin := mocktest.Binary(t, "../engine"), mocktest.Binary(t, "../pylon") // built before the deadline starts
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	engineAddr := mocktest.FreeAddr(t)
-	engine := exec.CommandContext(ctx, mocktest.Binary(t, "../engine"), "--http-listen-addr", engineAddr, "--log-level", "warn")
+	engine := exec.CommandContext(ctx, engineBin, "--http-listen-addr", engineAddr, "--log-level", "warn")
 	if err := engine.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func TestJSONLogsHaveOneComponent(t *testing.T) {
 		_ = engine.Process.Signal(syscall.SIGTERM)
 		_ = engine.Wait()
 	}()
-	cmd := mocktest.Command(ctx, mocktest.Binary(t, "../pylon"), "--log-format", "json",
+	cmd := mocktest.Command(ctx, pylonBin, "--log-format", "json",
 		"--http-listen-addr", mocktest.FreeAddr(t), "--admin-listen-addr", mocktest.FreeAddr(t),
 		"--upstream-http-base-url", "http://"+engineAddr, "--initial-input-tps", "1000", "--gateway", "http://127.0.0.1:1")
 	stderr, err := cmd.StderrPipe()
