@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/wire"
 )
 
@@ -31,11 +32,12 @@ func TestDataHeadersOnePass(t *testing.T) {
 	if d.expected != nil {
 		t.Errorf("absent expected queue read as %q", d.expected)
 	}
-	want := uint64(1)<<toEngineSeq | uint64(1)<<toEngine.find([]byte("Connection"))
+	conn, _ := toEngine.Lookup([]byte("Connection"))
+	want := headerset.Mask(1)<<toEngineSeq | headerset.Mask(1)<<conn
 	if d.strip != want {
 		t.Errorf("strip mask %b, want %b", d.strip, want)
 	}
-	toEngine.deleteMask(&h, d.strip)
+	toEngine.DeleteRequest(&h, d.strip)
 	if h.Peek(wire.HeaderDispatchSeq) != nil || h.Peek("Connection") != nil || h.Peek("x-priority") == nil {
 		t.Errorf("after strip: %s", h.Header())
 	}
@@ -64,6 +66,6 @@ func BenchmarkDataHeaders(b *testing.B) {
 		h.Set(wire.HeaderDispatchSeq, "gw/7")
 		var d dataHeaders
 		d.collect(&h)
-		toEngine.deleteMask(&h, d.strip)
+		toEngine.DeleteRequest(&h, d.strip)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/secret"
@@ -74,7 +75,7 @@ type Pylon struct {
 	// upstreamScheme is the engine's URL scheme: every relayed request gets it (one from a
 	// TLS gateway connection arrives as https).
 	upstreamScheme string
-	fromEngine     headerSet // removed from engine responses (fromEngineSet)
+	fromEngine     *headerset.Set // removed from engine responses (fromEngineSet)
 	replies        *replyPool
 	server         *fasthttp.Server
 	ln             net.Listener
