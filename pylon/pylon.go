@@ -11,6 +11,8 @@
 // generations; registration.go what a gateway is told (snapshot, delivered) and how
 // (transport); registrars.go the registrar actor per gateway, from --gateway and
 // --gateway-dns; gateways.go the dispatch seqs per gateway; shutdown.go the drain.
+// docs/architecture.md places the pylon among the other actors; docs/wire.md is what it
+// says to gateways.
 package pylon
 
 import (
