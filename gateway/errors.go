@@ -3,11 +3,13 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/internal/wire"
 )
 
@@ -55,10 +57,10 @@ var errorClasses = []struct {
 	{ErrUpstreamError, 502, "server_error", "upstream_error"},
 }
 
-// errorFor maps an error to its HTTP answer: an *httpError as it is (routing rejections,
-// see routingError), an error class by errorClasses, anything else as a 500 that does not
-// show its text. Together with the rejections table it is the one place that turns the
-// gateway's errors into HTTP responses.
+// errorFor maps an error to its HTTP answer: an *httpError as it is (made from the
+// rejections or expressionRefusals table, or errHeadersTooLarge), an error class by
+// errorClasses, anything else as a 500 that does not show its text. With those tables
+// this file is the one place that turns the gateway's errors into HTTP responses.
 func errorFor(err error) *httpError {
 	var he *httpError
 	if errors.As(err, &he) {
@@ -84,6 +86,9 @@ type rejection struct {
 	// admission also counts the rejection in admission_rejections_total (load shedding
 	// rather than a missing backend).
 	admission bool
+	// legacyCode replaces code when the gateway runs with --legacy-input-work-error-code
+	// ("": the flag changes nothing for this reason).
+	legacyCode string
 }
 
 // rejections is the error table of routing: each dispatch.Reason's status, code, message
@@ -95,8 +100,8 @@ var rejections = [dispatch.NumReasons]rejection{
 	dispatch.ReasonNoEligibleBackend:   {status: 503, code: "no_eligible_backend", msg: "no eligible backend"},
 	dispatch.ReasonUnavailable:         {status: 503, code: "no_eligible_backend", msg: "no eligible backend"},
 	dispatch.ReasonCapacityUnavailable: {status: 503, code: "overloaded_error", msg: "every eligible backend is at capacity", retryAfter: shedRetryAfterSeconds, admission: true},
-	dispatch.ReasonInputWorkLimit:      {status: 503, code: "overloaded_error", msg: "input work admission limit exceeded", retryAfter: shedRetryAfterSeconds, admission: true},
-	dispatch.ReasonInputWorkCapacity:   {status: 503, code: "overloaded_error", msg: "input work admission limit exceeded", retryAfter: shedRetryAfterSeconds, admission: true},
+	dispatch.ReasonInputWorkLimit:      {status: 503, code: "overloaded_error", msg: "input work admission limit exceeded", retryAfter: shedRetryAfterSeconds, admission: true, legacyCode: legacyInputWorkCode},
+	dispatch.ReasonInputWorkCapacity:   {status: 503, code: "overloaded_error", msg: "input work admission limit exceeded", retryAfter: shedRetryAfterSeconds, admission: true, legacyCode: legacyInputWorkCode},
 	dispatch.ReasonInvalidLBConfig:     {status: 500, code: "invalid_lb_config", msg: "no eligible backend"},
 	dispatch.ReasonShuttingDown:        {status: 503, code: "shutting_down", msg: "gateway is shutting down"},
 	dispatch.ReasonRoutingTimeout:      {status: 503, code: "routing_timeout", msg: "no eligible backend"},
@@ -111,10 +116,66 @@ func rejectionOf(r dispatch.Reason) rejection {
 	return rejection{status: 500, code: "internal_error", msg: "internal error"}
 }
 
+// legacyInputWorkCode is the error code older gateways gave input-work admission
+// rejections (--legacy-input-work-error-code).
+const legacyInputWorkCode = "input_work_limit_exceeded"
+
 // routingError is the error answering a request rejected for r.
-func routingError(r dispatch.Reason) *httpError {
+func routingError(r dispatch.Reason) *httpError { return rejectionAnswer(r, false) }
+
+// rejectionError is the error answering a request the scheduler rejected for r, with the
+// row's legacy code when the gateway runs with --legacy-input-work-error-code.
+func (g *Gateway) rejectionError(r dispatch.Reason) *httpError {
+	return rejectionAnswer(r, g.cfg.LegacyInputWorkErrorCode)
+}
+
+// rejectionAnswer is r's row of the rejections table as an error; legacy selects the
+// row's legacy code where it has one.
+func rejectionAnswer(r dispatch.Reason, legacy bool) *httpError {
 	rj := rejectionOf(r)
-	return &httpError{status: rj.status, kind: "server_error", code: rj.code, msg: rj.msg, header: true, retryAfter: rj.retryAfter}
+	code := rj.code
+	if legacy && rj.legacyCode != "" {
+		code = rj.legacyCode
+	}
+	return &httpError{status: rj.status, kind: "server_error", code: code, msg: rj.msg, header: true, retryAfter: rj.retryAfter}
+}
+
+// expressionRefusal is the HTTP answer to a refused routing expression: every one is a
+// client error before routing, carries x-stargate-error-code, and its message is the
+// refusal's own (it names the parameter at fault).
+type expressionRefusal struct {
+	status int
+	kind   string // error.type
+	code   string // error.code and x-stargate-error-code
+}
+
+// expressionRefusals is the error table of routing expressions (x-routing-method with
+// parameters): each lbconfig.ExpressionClass's answer. The code is the class's own name,
+// which docs/routing.md explains. docs/gateway.md lists the table, and
+// TestExpressionRefusalTable keeps the three in step.
+var expressionRefusals = map[lbconfig.ExpressionClass]expressionRefusal{
+	lbconfig.ExprMalformed:        {status: 400, kind: "invalid_request_error", code: "malformed_expression"},
+	lbconfig.ExprUnknownMethod:    {status: 400, kind: "invalid_request_error", code: "unknown_method"},
+	lbconfig.ExprUnavailable:      {status: 400, kind: "invalid_request_error", code: "unavailable"},
+	lbconfig.ExprUnknownParameter: {status: 400, kind: "invalid_request_error", code: "unknown_parameter"},
+	lbconfig.ExprNotApplicable:    {status: 400, kind: "invalid_request_error", code: "not_applicable"},
+	lbconfig.ExprInvalidValue:     {status: 400, kind: "invalid_request_error", code: "invalid_value"},
+	lbconfig.ExprInertValue:       {status: 400, kind: "invalid_request_error", code: "inert_value"},
+	lbconfig.ExprInertCombination: {status: 400, kind: "invalid_request_error", code: "inert_combination"},
+}
+
+// routingMethodError is the answer to a refused x-routing-method: a refused routing
+// expression by its class's row of expressionRefusals, any other refusal (a plain method
+// name that is unknown or not allowed) as ErrBadRequest. A class without a row (none: the
+// table test sees to it) is answered as ErrBadRequest too.
+func routingMethodError(err error) error {
+	var xe *lbconfig.ExpressionError
+	if errors.As(err, &xe) {
+		if rf, ok := expressionRefusals[xe.Class]; ok {
+			return &httpError{status: rf.status, kind: rf.kind, code: rf.code, msg: xe.Error(), header: true}
+		}
+	}
+	return fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, wire.HeaderRoutingMethod, err)
 }
 
 // shedRetryAfterSeconds is the Retry-After of a request shed because the fleet is at

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/internal/wire"
 )
 
@@ -48,11 +49,11 @@ func docTable(t *testing.T, path, header string) [][]string {
 }
 
 // Every rejection reason has a row in the error table, the row is the answer written
-// (status, x-stargate-error-code, body, Retry-After), and docs/gateway.md lists exactly
-// these rows.
+// (status, x-stargate-error-code, body, Retry-After; the legacy code with
+// --legacy-input-work-error-code), and docs/gateway.md lists exactly these rows.
 func TestRejectionTable(t *testing.T) {
 	documented := map[string][]string{}
-	for _, row := range docTable(t, "../docs/gateway.md", "| reason | status | code | Retry-After |") {
+	for _, row := range docTable(t, "../docs/gateway.md", "| reason | status | code | legacy code | Retry-After |") {
 		documented[row[0]] = row
 	}
 	names := map[string]bool{}
@@ -73,8 +74,8 @@ func TestRejectionTable(t *testing.T) {
 		}
 		if row, ok := documented[name]; !ok {
 			t.Errorf("%s: not in docs/gateway.md", name)
-		} else if row[1] != strconv.Itoa(rj.status) || row[2] != rj.code || row[3] != ra ||
-			strings.HasPrefix(row[4], "*shed*") != rj.admission {
+		} else if row[1] != strconv.Itoa(rj.status) || row[2] != rj.code || row[3] != rj.legacyCode || row[4] != ra ||
+			strings.HasPrefix(row[5], "*shed*") != rj.admission {
 			t.Errorf("%s: docs/gateway.md says %q, the table %+v", name, row, rj)
 		}
 		delete(documented, name)
@@ -91,6 +92,19 @@ func TestRejectionTable(t *testing.T) {
 			body.Error != (errorDetail{Message: rj.msg, Type: "server_error", Code: rj.code}) {
 			t.Errorf("%s: wrote %d %q, Retry-After %q, body %s; want %+v", name, ctx.Response.StatusCode(),
 				h.Peek(wire.HeaderErrorCode), h.Peek(fasthttp.HeaderRetryAfter), ctx.Response.Body(), rj)
+		}
+
+		// With --legacy-input-work-error-code only the code changes, and only on rows
+		// with a legacy code.
+		for _, legacy := range []bool{false, true} {
+			g := &Gateway{cfg: Config{LegacyInputWorkErrorCode: legacy}}
+			want := *routingError(r)
+			if legacy && rj.legacyCode != "" {
+				want.code = rj.legacyCode
+			}
+			if got := g.rejectionError(r); *got != want {
+				t.Errorf("%s, legacy=%v: %+v, want %+v", name, legacy, *got, want)
+			}
 		}
 	}
 	for name := range documented {
@@ -117,6 +131,71 @@ func TestRejectionTable(t *testing.T) {
 	}
 	if he := routingError(dispatch.ReasonNone); he.status != 500 || he.code != "internal_error" {
 		t.Errorf("no reason: %d %s, want 500 internal_error", he.status, he.code)
+	}
+}
+
+// Every class of refused routing expressions has a row in the expression table, the row is
+// the answer written (status, type, code in the body and in x-stargate-error-code, the
+// refusal's message), the code is the class's own name (the wire contract), and
+// docs/gateway.md lists exactly these rows and docs/routing.md explains exactly these
+// codes. A refused plain method name is an invalid_request without the header.
+func TestExpressionRefusalTable(t *testing.T) {
+	documented := map[string][]string{}
+	for _, row := range docTable(t, "../docs/gateway.md", "| class | status | type | code |") {
+		documented[row[0]] = row
+	}
+	explained := map[string]bool{}
+	for _, row := range docTable(t, "../docs/routing.md", "| code | meaning |") {
+		explained[row[0]] = true
+	}
+	classes := lbconfig.ExpressionClasses()
+	if len(expressionRefusals) != len(classes) {
+		t.Errorf("%d rows for %d classes", len(expressionRefusals), len(classes))
+	}
+	for _, c := range classes {
+		name := string(c)
+		rf, ok := expressionRefusals[c]
+		if !ok {
+			t.Errorf("%s: no row in expressionRefusals", name)
+			continue
+		}
+		if rf.status != 400 || rf.kind != "invalid_request_error" || rf.code != name {
+			t.Errorf("%s: row %+v, want 400 invalid_request_error with the class as the code", name, rf)
+		}
+		if row, ok := documented[name]; !ok {
+			t.Errorf("%s: not in docs/gateway.md", name)
+		} else if row[1] != strconv.Itoa(rf.status) || row[2] != rf.kind || row[3] != rf.code {
+			t.Errorf("%s: docs/gateway.md says %q, the table %+v", name, row, rf)
+		}
+		delete(documented, name)
+		if !explained[rf.code] {
+			t.Errorf("%s: docs/routing.md does not explain the code", rf.code)
+		}
+		delete(explained, rf.code)
+
+		xe := &lbconfig.ExpressionError{Value: "m;k=v", Class: c, Param: "k", Msg: "what is wrong"}
+		var ctx fasthttp.RequestCtx
+		writeError(&ctx, routingMethodError(fmt.Errorf("resolving: %w", xe)))
+		var body errorBody
+		if err := json.Unmarshal(ctx.Response.Body(), &body); err != nil {
+			t.Fatalf("%s: body %q: %v", name, ctx.Response.Body(), err)
+		}
+		h := &ctx.Response.Header
+		if ctx.Response.StatusCode() != rf.status || string(h.Peek(wire.HeaderErrorCode)) != rf.code ||
+			h.Peek(fasthttp.HeaderRetryAfter) != nil ||
+			body.Error != (errorDetail{Message: xe.Error(), Type: rf.kind, Code: rf.code}) {
+			t.Errorf("%s: wrote %d %q, body %s; want %+v", name, ctx.Response.StatusCode(), h.Peek(wire.HeaderErrorCode), ctx.Response.Body(), rf)
+		}
+	}
+	for name := range documented {
+		t.Errorf("docs/gateway.md lists %s, which is no expression class", name)
+	}
+	for code := range explained {
+		t.Errorf("docs/routing.md explains %s, which is no expression class", code)
+	}
+	he := errorFor(routingMethodError(fmt.Errorf("%w: sticky", lbconfig.ErrUnknownAlgorithm)))
+	if he.status != 400 || he.code != "invalid_request" || he.header || !strings.Contains(he.msg, wire.HeaderRoutingMethod) {
+		t.Errorf("plain unknown method: %+v", he)
 	}
 }
 

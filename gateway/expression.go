@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/switchyard/switchyard/gateway/lbconfig"
-	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Routing expressions (x-routing-method: <method>;<field>=<value>...) are parsed once per
@@ -145,15 +142,4 @@ func (g *Gateway) countExpression(e lbconfig.Entry, cache string) {
 		g.metrics.set.GetOrCreateGauge(g.metrics.prefix+mExpressionEntries, func() float64 { return float64(g.exprs.len()) })
 	})
 	g.metrics.inc(mExpressions, "algorithm", e.Algorithm.String(), "cache", cache)
-}
-
-// routingMethodError is the answer to a refused x-routing-method: 400, and for a routing
-// expression the refusal's class as the error code (also in x-stargate-error-code) with a
-// message naming the parameter at fault.
-func routingMethodError(err error) error {
-	var xe *lbconfig.ExpressionError
-	if errors.As(err, &xe) {
-		return &httpError{status: 400, kind: "invalid_request_error", code: string(xe.Class), msg: xe.Error(), header: true}
-	}
-	return fmt.Errorf("%w: invalid %s: %w", ErrBadRequest, wire.HeaderRoutingMethod, err)
 }

@@ -1,7 +1,8 @@
 // Package gateway is the Switchyard router: the OpenAI-compatible front end, the control
 // endpoint where pylons register, and the streaming proxy with retries. Routing decisions
 // live in the pure packages lb, lbconfig and engines/load; backend and scheduler actors in
-// fleet and dispatch.
+// fleet and dispatch. docs/architecture.md maps the actors, their messages and a
+// request's path through them.
 package gateway
 
 import (

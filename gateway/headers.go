@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/switchyard/switchyard/internal/echo"
+	"github.com/switchyard/switchyard/internal/headerset"
 
 	"github.com/valyala/fasthttp"
 
@@ -90,62 +90,7 @@ var routingHeaderNames = [nRoutingHeaders]string{
 }
 
 // routingNames matches the routing headers but the configurable retry budget.
-var routingNames = newHeaderSet(routingHeaderNames[:hBudget]...)
-
-// headerSet matches header names ASCII case-insensitively. It is laid out for a cold
-// cache (it runs once per request, between other processes' work): one bit mask per name
-// length says which names have it, so most headers are rejected with one load, and the
-// names are kept in fasthttp's canonical form (what arrives while header normalizing is
-// on, as in the gateway) in one contiguous array, so a match is usually one bytes.Equal.
-type headerSet struct {
-	byLen      [maxSetName + 1]uint32 // bit i: the i-th listed name has this length
-	canon      [][maxSetName]byte     // the names, canonical, in the order listed
-	canonNames []string               // canon as strings
-}
-
-// maxSetName bounds the names of a headerSet (at most 32 names).
-const maxSetName = 32
-
-func newHeaderSet(names ...string) *headerSet {
-	if len(names) > 32 {
-		panic("too many names for a headerSet")
-	}
-	s := &headerSet{canon: make([][maxSetName]byte, len(names))}
-	for i, n := range names {
-		if len(n) > maxSetName {
-			panic("header name too long for a headerSet: " + n)
-		}
-		c := fasthttp.AppendNormalizedHeaderKey(nil, n)
-		copy(s.canon[i][:], c)
-		s.canonNames = append(s.canonNames, string(c))
-		s.byLen[len(n)] |= 1 << i
-	}
-	return s
-}
-
-// lookup returns the index of k's name in the list the set was made from.
-func (s *headerSet) lookup(k []byte) (int, bool) {
-	if len(k) > maxSetName {
-		return 0, false
-	}
-	for m := s.byLen[len(k)]; m != 0; m &= m - 1 {
-		i := bits.TrailingZeros32(m)
-		if c := s.canon[i][:len(k)]; bytes.Equal(c, k) || bytes.EqualFold(c, k) {
-			return i, true
-		}
-	}
-	return 0, false
-}
-
-// sent returns the name k, found at index i, as the headers carry it, for deleting it:
-// fasthttp's Del matches it exactly when header normalizing is off. It copies k only when
-// k is not in the canonical form (never while normalizing is on).
-func (s *headerSet) sent(i int, k []byte) string {
-	if c := s.canonNames[i]; string(k) == c {
-		return c
-	}
-	return string(k)
-}
+var routingNames = headerset.New(routingHeaderNames[:hBudget]...)
 
 // routingHeaders holds the first value of each routing header (nil = absent).
 type routingHeaders [nRoutingHeaders][]byte
@@ -155,7 +100,7 @@ type routingHeaders [nRoutingHeaders][]byte
 // the retry-budget header's name ("" disables it).
 func (rh *routingHeaders) collect(h *fasthttp.RequestHeader, budgetHeader string) {
 	for k, v := range h.All() {
-		if i, ok := routingNames.lookup(k); ok && rh[i] == nil {
+		if i, ok := routingNames.Lookup(k); ok && rh[i] == nil {
 			rh[i] = nonNil(v)
 		}
 		if budgetHeader != "" && len(k) == len(budgetHeader) && bytes.EqualFold(k, bytesOf(budgetHeader)) && rh[hBudget] == nil {

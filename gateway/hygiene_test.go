@@ -105,7 +105,7 @@ const (
 	forgedRejected
 )
 
-// forgedHeaders has one row per internal header name of gateway/control/headers.go (see
+// forgedHeaders has one row per internal header name of internal/wire/headers.go (see
 // TestForgedHeaderTableIsComplete).
 var forgedHeaders = []struct {
 	name    string
@@ -191,12 +191,12 @@ func forgedChat(t *testing.T, h *harness, name, value string) (int, string) {
 // the engines' retry signal.
 var internalPrefixes = []string{"x-stargate-", "x-switchyard-", "x-pylon-", "x-inference-server-"}
 
-// Every header name with an internal prefix that gateway/control/headers.go defines, and
+// Every header name with an internal prefix that internal/wire/headers.go defines, and
 // the gateway's default retry-budget header, has its row in forgedHeaders: a new internal
 // header cannot be added without deciding what a client's copy of it becomes.
 func TestForgedHeaderTableIsComplete(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "control/headers.go", nil, 0)
+	f, err := parser.ParseFile(fset, "../internal/wire/headers.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestForgedHeaderTableIsComplete(t *testing.T) {
 		known = append(known, gateway.DefaultRetryBudgetHeader)
 	}
 	if len(known) < 10 {
-		t.Fatalf("found only %d internal header names in control/headers.go: %v", len(known), known)
+		t.Fatalf("found only %d internal header names in internal/wire/headers.go: %v", len(known), known)
 	}
 	rows := map[string]bool{}
 	for _, r := range forgedHeaders {
@@ -234,7 +234,7 @@ func TestForgedHeaderTableIsComplete(t *testing.T) {
 		delete(rows, k)
 	}
 	for k := range rows {
-		t.Errorf("forgedHeaders row %s names no header of control/headers.go", k)
+		t.Errorf("forgedHeaders row %s names no header of internal/wire/headers.go", k)
 	}
 }
 

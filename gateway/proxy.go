@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/gateway/retry"
+	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
 )
@@ -42,26 +43,15 @@ var internalResponse = []string{
 
 // Header names the gateway strips, matched ASCII case-insensitively.
 var (
-	strippedRequest  = newHeaderSet(append(slices.Clone(internalRequest), hopByHop...)...)
-	strippedResponse = newHeaderSet(append(slices.Clone(internalResponse), hopByHop...)...)
+	strippedRequest  = headerset.New(append(slices.Clone(internalRequest), hopByHop...)...)
+	strippedResponse = headerset.New(append(slices.Clone(internalResponse), hopByHop...)...)
 	// pylonLoadIdx is x-pylon-load's index in strippedResponse.
 	pylonLoadIdx = slices.Index(internalResponse, wire.HeaderPylonLoad)
 )
 
 // stripRequest deletes hop-by-hop and internal headers in one pass over the request's
 // headers; usually none is present and nothing is deleted (nor allocated).
-func stripRequest(h *fasthttp.RequestHeader) {
-	var buf [8]string
-	del := buf[:0]
-	for k := range h.All() {
-		if i, ok := strippedRequest.lookup(k); ok {
-			del = append(del, strippedRequest.sent(i, k))
-		}
-	}
-	for _, k := range del {
-		h.Del(k)
-	}
-}
+func stripRequest(h *fasthttp.RequestHeader) { strippedRequest.StripRequest(h) }
 
 // responseScan is one pass over a pylon response's headers: its load report and the
 // hop-by-hop and internal headers to strip before the client (the pylon's x-pylon-load is
@@ -74,7 +64,7 @@ type responseScan struct {
 
 func (rs *responseScan) scan(h *fasthttp.ResponseHeader) {
 	for k, v := range h.All() {
-		i, ok := strippedResponse.lookup(k)
+		i, ok := strippedResponse.Lookup(k)
 		if !ok {
 			continue
 		}
@@ -82,7 +72,7 @@ func (rs *responseScan) scan(h *fasthttp.ResponseHeader) {
 			rs.load = v
 		}
 		if rs.n < len(rs.del) {
-			rs.del[rs.n] = strippedResponse.sent(i, k)
+			rs.del[rs.n] = strippedResponse.Sent(i, k)
 			rs.n++
 		}
 	}

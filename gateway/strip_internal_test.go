@@ -81,3 +81,54 @@ func TestResponseScan(t *testing.T) {
 		}
 	}
 }
+
+// stripBenchRequest is a typical OpenAI client request as the gateway's server hands it
+// over (names normalized): no hop-by-hop or internal header but Connection.
+func stripBenchRequest() *fasthttp.RequestHeader {
+	var h fasthttp.RequestHeader
+	h.SetMethod("POST")
+	h.SetRequestURI("/v1/chat/completions")
+	for _, kv := range [][2]string{
+		{"Host", "gateway:8000"},
+		{"User-Agent", "OpenAI/Python 1.54.0"},
+		{"Accept", "application/json"},
+		{"Content-Type", "application/json"},
+		{"Authorization", "Bearer sk-test"},
+		{"X-Model", "m"},
+		{"X-Request-Id", "r1"},
+		{"X-Input-Tokens", "512"},
+		{"X-Stainless-Lang", "python"},
+		{"X-Stainless-Runtime", "CPython"},
+		{"Accept-Encoding", "gzip, deflate"},
+	} {
+		h.Set(kv[0], kv[1])
+	}
+	return &h
+}
+
+// BenchmarkStripRequest is the per-attempt scan of a request's headers for the names the
+// gateway strips before a pylon (none present, the common case).
+func BenchmarkStripRequest(b *testing.B) {
+	h := stripBenchRequest()
+	b.ReportAllocs()
+	for b.Loop() {
+		stripRequest(h)
+	}
+}
+
+// BenchmarkResponseScan is the per-attempt scan of a pylon response for its load report
+// and the internal headers stripped before the client (the report is always there).
+func BenchmarkResponseScan(b *testing.B) {
+	var h fasthttp.ResponseHeader
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Request-Id", "r1")
+	h.Set("Date", "Fri, 04 Dec 2026 18:00:00 GMT")
+	b.ReportAllocs()
+	for b.Loop() {
+		h.Set(wire.HeaderPylonLoad, "v=1;m=m;q=2;tps=100;seq=7")
+		var rs responseScan
+		rs.scan(&h)
+		rs.strip(&h)
+	}
+}

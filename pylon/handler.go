@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/promtext"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
@@ -60,8 +61,8 @@ func (p *Pylon) serveAdmin(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx, strip headerSet) {
-	strip.stripRequest(&ctx.Request.Header)
+func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx, strip *headerset.Set) {
+	strip.StripRequest(&ctx.Request.Header)
 	ctx.Request.SetHost(p.upstreamHost)
 	ctx.Request.URI().SetScheme(p.upstreamScheme)
 }
@@ -73,7 +74,7 @@ func (p *Pylon) health(ctx *fasthttp.RequestCtx) {
 		connectFailure(p.cfg.LocalConnectFailuresRetryable).write(ctx)
 		return
 	}
-	hopOnly.stripResponse(&ctx.Response.Header)
+	hopOnly.StripResponse(&ctx.Response.Header)
 }
 
 func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
@@ -172,7 +173,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	mm.inHist.Update(float64(inputTokens))
 
 	hasPriority := len(dh.priority) > 0
-	toEngine.deleteMask(h, dh.strip)
+	toEngine.DeleteRequest(h, dh.strip)
 	ctx.Request.SetHost(p.upstreamHost)
 	ctx.Request.URI().SetScheme(p.upstreamScheme)
 	if p.cfg.UpstreamBackend == BackendDynamo {
@@ -262,20 +263,16 @@ func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, e
 func (p *Pylon) fromUpstream(h *fasthttp.ResponseHeader) {
 	status := h.StatusCode()
 	signalled := false
-	var present uint64
+	var present headerset.Mask
 	for k, v := range h.All() {
-		if i := p.fromEngine.find(k); i >= 0 {
+		if i, ok := p.fromEngine.Lookup(k); ok {
 			present |= 1 << i
 			if i == 0 && bytes.EqualFold(bytes.TrimSpace(v), []byte("true")) {
 				signalled = true
 			}
 		}
 	}
-	for i := 0; present != 0; present, i = present>>1, i+1 {
-		if present&1 != 0 {
-			h.Del(p.fromEngine[i])
-		}
-	}
+	p.fromEngine.DeleteResponse(h, present)
 	if !p.retryableStatus(status) {
 		if status >= 500 {
 			p.metrics.nonRetryable("upstream_nonretryable_status")

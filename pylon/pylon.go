@@ -11,6 +11,8 @@
 // generations; registration.go what a gateway is told (snapshot, delivered) and how
 // (transport); registrars.go the registrar actor per gateway, from --gateway and
 // --gateway-dns; gateways.go the dispatch seqs per gateway; shutdown.go the drain.
+// docs/architecture.md places the pylon among the other actors; docs/wire.md is what it
+// says to gateways.
 package pylon
 
 import (
@@ -29,6 +31,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/secret"
@@ -74,7 +77,7 @@ type Pylon struct {
 	// upstreamScheme is the engine's URL scheme: every relayed request gets it (one from a
 	// TLS gateway connection arrives as https).
 	upstreamScheme string
-	fromEngine     headerSet // removed from engine responses (fromEngineSet)
+	fromEngine     *headerset.Set // removed from engine responses (fromEngineSet)
 	replies        *replyPool
 	server         *fasthttp.Server
 	ln             net.Listener

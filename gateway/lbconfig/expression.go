@@ -56,6 +56,14 @@ const (
 	ExprInertCombination ExpressionClass = "inert_combination"
 )
 
+// ExpressionClasses returns every class of refused expressions, in the order declared.
+func ExpressionClasses() []ExpressionClass {
+	return []ExpressionClass{
+		ExprMalformed, ExprUnknownMethod, ExprUnavailable, ExprUnknownParameter,
+		ExprNotApplicable, ExprInvalidValue, ExprInertValue, ExprInertCombination,
+	}
+}
+
 // ErrInvalidExpression is the class of refused routing expressions other than an unknown
 // or unavailable method.
 var ErrInvalidExpression = errors.New("invalid routing expression")

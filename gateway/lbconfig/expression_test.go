@@ -2,6 +2,10 @@ package lbconfig
 
 import (
 	"errors"
+	"go/ast"
+	goparser "go/parser"
+	"go/token"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +158,36 @@ func TestEntries(t *testing.T) {
 	}
 	if n := len(Default().Entries("m")); n != 1+len(Algorithms()) {
 		t.Errorf("permissive default: %d entries", n)
+	}
+}
+
+// ExpressionClasses lists every ExpressionClass constant declared in expression.go, once:
+// the gateway's error table is checked against it.
+func TestExpressionClassesComplete(t *testing.T) {
+	t.Parallel()
+	f, err := goparser.ParseFile(token.NewFileSet(), "expression.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []ExpressionClass
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok {
+			return true
+		}
+		if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "ExpressionClass" {
+			for _, v := range vs.Values {
+				lit, _ := v.(*ast.BasicLit)
+				if lit == nil {
+					t.Fatalf("class %v is not a string literal", vs.Names)
+				}
+				s, _ := strconv.Unquote(lit.Value)
+				declared = append(declared, ExpressionClass(s))
+			}
+		}
+		return true
+	})
+	if diff := cmp.Diff(declared, ExpressionClasses()); diff != "" || len(declared) < 8 {
+		t.Errorf("ExpressionClasses (-declared +listed):\n%s", diff)
 	}
 }
