@@ -221,10 +221,11 @@ type modelEntry struct {
 // includes its own request), before answering a rejected admission, and on flush
 // (registrars, metrics).
 //
-// It runs on an inline mailbox (genProps, actors.InlineMailbox): a message sent while the
-// actor is idle is processed on the sender's goroutine, so a request handler's calls cost
-// no goroutine hop; messages that arrive meanwhile are processed in order by whichever
-// goroutine is running the mailbox. Receive never blocks.
+// It runs on an inline mailbox (genLife.props, actors.InlineMailbox): a message sent while
+// the actor is idle is processed on the sender's goroutine, so a request handler's calls
+// cost no goroutine hop; messages that arrive meanwhile are processed in order by whichever
+// goroutine is running the mailbox. Receive never blocks. A panic restarts the actor as a
+// new genActor with a new aggregate (generation_life.go).
 type genActor struct {
 	g        *generation
 	life     *genLife
@@ -291,6 +292,9 @@ func (a *genActor) Receive(c actor.Context) {
 			a.changed()
 		}
 	case actors.Tick:
+		if a.alarm == nil {
+			return // a failed instance's Tick reaching one whose start failed
+		}
 		now := a.now()
 		a.alarm.Fired()
 		if l.retired && !now.Before(l.retireAt) {
@@ -313,7 +317,9 @@ func (a *genActor) Receive(c actor.Context) {
 			a.alarm.Arm(now, l.retireAt) // a restarted instance of a retired generation
 		}
 	case *actor.Stopping:
-		a.alarm.Stop()
+		if a.alarm != nil { // nil: this instance failed before it started
+			a.alarm.Stop()
+		}
 	case *actor.Stopped:
 		l.stopped()
 	default:

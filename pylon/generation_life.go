@@ -127,7 +127,9 @@ func (l *genLife) incarnate() actor.Actor {
 	return a
 }
 
-// freshAggregate builds a new aggregate from the generation's current sources.
+// freshAggregate builds a new aggregate from the generation's current sources. Should
+// applying them panic (a report that trips a bug), the aggregate starts from the
+// configuration alone: a restart must not fail on the data it restarts from.
 func (l *genLife) freshAggregate(now time.Time) *stats.Aggregate {
 	g := l.g
 	o := l.opts
@@ -149,8 +151,22 @@ func (l *genLife) freshAggregate(now time.Time) *stats.Aggregate {
 	if !src.metricsAt.IsZero() && now.Sub(src.metricsAt) < stats.EngineViewTTL {
 		u.Metrics = &src.metrics
 	}
-	agg.Apply(&u, now)
+	if err := applySafely(agg, &u, now); err != nil {
+		l.log.Error("model_generation_sources_dropped", "model", g.model, "generation", g.gen, "err", err)
+		return stats.NewAggregate(g.model, g.gen, l.opts)
+	}
 	return agg
+}
+
+// applySafely applies u to agg, turning a panic into an error.
+func applySafely(agg *stats.Aggregate, u *stats.Update, now time.Time) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("applying the engine's last reports panicked: %v", r)
+		}
+	}()
+	agg.Apply(u, now)
+	return nil
 }
 
 // fail answers the caller of msg, on which the instance panicked with reason, stops its
