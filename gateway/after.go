@@ -28,10 +28,12 @@ import (
 var errNoSyscallConn = errors.New("the connection has no socket")
 
 // clientListener wraps accepted connections in *clientConn, inside TLS when tls is set
-// (the handshake runs on the connection's first read, in its serving goroutine).
+// (the handshake runs on the connection's first read, in its serving goroutine), with raw
+// socket reads and writes when raw is set (--raw-socket-io).
 type clientListener struct {
 	net.Listener
 	tls *tls.Config
+	raw bool
 }
 
 func (l clientListener) Accept() (net.Conn, error) {
@@ -39,7 +41,10 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err //nolint:wrapcheck // the listener's own error, as fasthttp expects
 	}
-	raw := relay.Raw(c)
+	raw := c
+	if l.raw {
+		raw = relay.Raw(c)
+	}
 	if l.tls != nil {
 		return &clientConn{Conn: tls.Server(raw, l.tls), socket: raw}, nil
 	}

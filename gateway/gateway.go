@@ -132,6 +132,10 @@ type Config struct {
 	ProbeTimeout  time.Duration
 	// EnablePprof serves Go's profiles under /debug/pprof/ (operators only).
 	EnablePprof bool
+	// NoRawSocketIO makes the client, admin and upstream connections read and write
+	// through net.Conn's own calls instead of raw syscalls (--raw-socket-io=false; see
+	// internal/relay/rawio.go). Timeouts and deadlines work the same either way.
+	NoRawSocketIO bool
 	// HeadersTimeout bounds the wait for an upstream's response headers.
 	HeadersTimeout time.Duration
 	// FirstByteTimeoutFactor and FirstByteTimeoutFloor make each attempt of a streamed
@@ -495,7 +499,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if !g.listeners.add(ln) {
 		return nil
 	}
-	return g.server.Serve(clientListener{Listener: ln, tls: g.serverTLS})
+	return g.server.Serve(clientListener{Listener: ln, tls: g.serverTLS, raw: !g.cfg.NoRawSocketIO})
 }
 
 // ServeAdmin serves the admin listener on ln until Shutdown (over TLS when configured).
@@ -504,7 +508,7 @@ func (g *Gateway) ServeAdmin(ln net.Listener) error {
 		return nil
 	}
 	if g.adminTLS != nil {
-		ln = tls.NewListener(relay.RawListener{Listener: ln}, g.adminTLS)
+		ln = tls.NewListener(relay.Listener(ln, !g.cfg.NoRawSocketIO), g.adminTLS)
 	}
 	return g.admin.Serve(ln)
 }

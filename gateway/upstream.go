@@ -22,8 +22,12 @@ func (g *Gateway) newUpstreamConns() *relay.Conns {
 		shortest = min(shortest, g.cfg.FirstByteTimeoutFloor)
 	}
 	shortest = min(shortest, g.cfg.ProbeTimeout)
-	return relay.NewConns(g.deps.Dial, g.cfg.HeadersTimeout, 0, func(uint32) {}).
+	w := relay.NewConns(g.deps.Dial, g.cfg.HeadersTimeout, 0, func(uint32) {}).
 		RequestDeadlines(g.cfg.HeadersTimeout, 0, shortest)
+	if g.cfg.NoRawSocketIO {
+		w.PlainIO() // --raw-socket-io=false: net.Conn's own reads and writes
+	}
+	return w
 }
 
 // errHeadersTimeout and errFirstByteTimeout describe an attempt the watchdog ended.

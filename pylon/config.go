@@ -117,6 +117,10 @@ type Config struct {
 	// wait between streamed response headers and the first event: the engine connection is
 	// closed and the relayed stream cut (30 s; 0 = none).
 	StreamIdleTimeout time.Duration
+	// NoRawSocketIO makes the data, admin and engine connections read and write through
+	// net.Conn's own calls instead of raw syscalls (--raw-socket-io=false; see
+	// internal/relay/rawio.go). The engine timeouts work the same either way.
+	NoRawSocketIO bool
 	// RequireStreaming rejects chat and responses bodies without "stream": true with 400
 	// (off by default: streaming is optional here, unlike in the reference pylon, which
 	// always requires it).

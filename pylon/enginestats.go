@@ -63,6 +63,7 @@ func (p *Pylon) startEngineLoops(ctx context.Context, wg *sync.WaitGroup) {
 func (p *Pylon) update(model string, u stats.Update) {
 	send := func(g *generation) {
 		u.Generation = g.gen
+		g.remember(&u, p.now)
 		p.sys.Root.Send(g.pid, &updated{update: u})
 	}
 	if model == "" {

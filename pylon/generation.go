@@ -55,6 +55,14 @@ type generation struct {
 	// done is closed when the actor has stopped: callers waiting for a reply give up.
 	done    chan struct{}
 	replies *replyPool
+	// stopping marks a deliberate stop (shutdown, a test): the actor's end is then no
+	// failure, and the generation is not replaced (see genLife).
+	stopping atomic.Bool
+	// life is what the actor keeps across its incarnations (generation_life.go).
+	life *genLife
+	// srcMu guards src, the engine's last reports: what a new incarnation starts from.
+	srcMu sync.Mutex
+	src   engineSources
 }
 
 // replyPool recycles the one-slot reply channels of calls to generation actors. There is
@@ -213,39 +221,38 @@ type modelEntry struct {
 // includes its own request), before answering a rejected admission, and on flush
 // (registrars, metrics).
 //
-// It runs on an inline mailbox (genProps, actors.InlineMailbox): a message sent while the
-// actor is idle is processed on the sender's goroutine, so a request handler's calls cost
-// no goroutine hop; messages that arrive meanwhile are processed in order by whichever
-// goroutine is running the mailbox. Receive never blocks.
+// It runs on an inline mailbox (genLife.props, actors.InlineMailbox): a message sent while
+// the actor is idle is processed on the sender's goroutine, so a request handler's calls
+// cost no goroutine hop; messages that arrive meanwhile are processed in order by whichever
+// goroutine is running the mailbox. Receive never blocks. A panic restarts the actor as a
+// new genActor with a new aggregate (generation_life.go).
 type genActor struct {
 	g        *generation
+	life     *genLife
 	agg      *stats.Aggregate
 	adm      admission.Config
 	now      func() time.Time
 	onChange func()
 	alarm    *actors.Alarm
 	dirty    bool
-	retired  bool
-	retireAt time.Time
 }
 
 func (a *genActor) Receive(c actor.Context) {
 	defer func() {
 		if r := recover(); r != nil {
 			// A caller waiting on this message must not hang on a bug: answer it, then let
-			// protoactor's supervision log the panic and restart the actor.
-			if m, ok := c.Message().(interface{ replyTo() chan reply }); ok {
-				select {
-				case m.replyTo() <- reply{unavailable: true}:
-				default: // already answered
-				}
-			}
+			// protoactor's supervision restart the actor with a new instance (genLife).
+			a.fail(c.Message(), r)
 			panic(r)
 		}
 	}()
+	l := a.life
+	if f := l.fault.Load(); f != nil {
+		(*f)(l.g.model, c.Message())
+	}
 	switch m := c.Message().(type) {
 	case *requestAdmitted:
-		if a.retired {
+		if l.retired {
 			m.reply <- reply{unavailable: true}
 			return
 		}
@@ -285,9 +292,12 @@ func (a *genActor) Receive(c actor.Context) {
 			a.changed()
 		}
 	case actors.Tick:
+		if a.alarm == nil {
+			return // a failed instance's Tick reaching one whose start failed
+		}
 		now := a.now()
 		a.alarm.Fired()
-		if a.retired && !now.Before(a.retireAt) {
+		if l.retired && !now.Before(l.retireAt) {
 			c.Stop(c.Self())
 			return
 		}
@@ -297,16 +307,21 @@ func (a *genActor) Receive(c actor.Context) {
 		a.alarm.Arm(now, now.Add(sweepInterval))
 	case *retire:
 		now := a.now()
-		a.retired, a.retireAt = true, now.Add(RetireGrace)
-		a.alarm.Arm(now, a.retireAt)
+		l.retired, l.retireAt = true, now.Add(RetireGrace)
+		a.alarm.Arm(now, l.retireAt)
 	case *actor.Started:
 		now := a.now()
 		a.alarm = actors.NewAlarm(c.ActorSystem().Root, c.Self())
 		a.alarm.Arm(now, now.Add(sweepInterval))
+		if l.retired {
+			a.alarm.Arm(now, l.retireAt) // a restarted instance of a retired generation
+		}
 	case *actor.Stopping:
-		a.alarm.Stop()
+		if a.alarm != nil { // nil: this instance failed before it started
+			a.alarm.Stop()
+		}
 	case *actor.Stopped:
-		close(a.g.done)
+		l.stopped()
 	default:
 	}
 }
@@ -318,7 +333,7 @@ func (a *genActor) changed() {
 		a.dirty = true
 		a.g.dirty.Store(true)
 	}
-	if !a.retired {
+	if !a.life.retired {
 		a.onChange()
 	}
 }
@@ -330,15 +345,19 @@ func (a *genActor) refresh(now time.Time) {
 	}
 }
 
-// genProps spawns a generation actor on the inline mailbox (see genActor).
-func genProps(a *genActor) *actor.Props {
-	return actors.InlineProps(func() actor.Actor { return a })
-}
-
-// publish rebuilds the snapshot from the aggregate, in place.
+// publish rebuilds the snapshot from the aggregate, in place. Should the rebuild panic (a
+// bug), the torn snapshot is withdrawn (no x-pylon-load, no registration figures) until
+// the restarted instance publishes its own, and the lock is released.
 func (a *genActor) publish(now time.Time) {
 	g := a.g
 	g.mu.Lock()
+	built := false
+	defer func() {
+		if !built {
+			g.have = false
+		}
+		g.mu.Unlock()
+	}()
 	s := &g.cur
 	*s = genSnapshot{}
 	a.agg.LoadInto(&s.load, now, s.pq[:0])
@@ -348,7 +367,7 @@ func (a *genActor) publish(now time.Time) {
 	g.have = true
 	g.builds++
 	s.build = g.builds
-	g.mu.Unlock()
+	built = true
 	a.dirty = false
 	g.dirty.Store(false)
 }
@@ -371,6 +390,7 @@ type (
 	reply struct {
 		decision    admission.Decision
 		unavailable bool
+		failed      bool // with unavailable: the generation failed on this message (a bug)
 	}
 	// responseStarted says the engine's response began (pooled in callMsgs).
 	responseStarted struct {

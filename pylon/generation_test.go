@@ -2,6 +2,7 @@ package pylon
 
 import (
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,22 +20,22 @@ import (
 type genRig struct {
 	root    *actor.RootContext
 	g       *generation
-	a       *genActor
-	changes int
+	faults  atomic.Pointer[faultHook]
+	changes atomic.Int32
 }
 
 func newGenRig(t *testing.T) (*genRig, func()) {
 	t.Helper()
 	sys := actors.NewSystem(slog.New(slog.DiscardHandler))
 	r := &genRig{root: sys.Root, g: &generation{model: "m", gen: 1, done: make(chan struct{}), replies: newReplyPool()}}
-	r.a = &genActor{
-		g: r.g, agg: stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 4, InitialInputTPS: 1000}),
+	r.g.life = &genLife{
+		g: r.g, opts: stats.Options{FallbackConcurrency: 4, InitialInputTPS: 1000},
 		adm: admission.Config{Enabled: true, MinDeltaMs: 25, Tolerance: 1.25}, now: time.Now,
-		onChange: func() { r.changes++ },
+		onChange: func() { r.changes.Add(1) }, log: slog.New(slog.DiscardHandler), fault: &r.faults,
 	}
-	r.a.publish(time.Now())
-	r.g.pid = sys.Root.Spawn(genProps(r.a))
+	r.g.pid = sys.Root.Spawn(r.g.life.props())
 	return r, func() {
+		r.g.stopping.Store(true)
 		_ = sys.Root.StopFuture(r.g.pid).Wait() // a no-op when already stopped
 		<-r.g.done
 		sys.Shutdown()
@@ -65,8 +66,8 @@ func TestGenerationSnapshotIsLazyAndIncludesTheCaller(t *testing.T) {
 			r.g.published(&s)
 			return s
 		}
-		if !r.g.dirty.Load() || published().load.RunningRequests != 0 || r.changes != 1 {
-			t.Fatalf("after admission: dirty %v, published running %d, changes %d", r.g.dirty.Load(), published().load.RunningRequests, r.changes)
+		if !r.g.dirty.Load() || published().load.RunningRequests != 0 || r.changes.Load() != 1 {
+			t.Fatalf("after admission: dirty %v, published running %d, changes %d", r.g.dirty.Load(), published().load.RunningRequests, r.changes.Load())
 		}
 		if s := r.g.snapshot(root); s.load.RunningRequests != 1 || s.load.QueuedInputTokens != 100 || r.g.dirty.Load() {
 			t.Fatalf("snapshot on demand: %+v dirty %v", s.load, r.g.dirty.Load())
@@ -119,21 +120,6 @@ func TestGenerationCallAfterStopReturnsUnavailable(t *testing.T) {
 		if s := r.g.snapshot(root); s == nil {
 			t.Error("snapshot of a stopped generation: nil, want the last one")
 		}
-	})
-}
-
-func TestGenerationPanicAnswersTheCaller(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r, stop := newGenRig(t)
-		defer stop()
-		r.a.agg = nil // the next admission panics
-		ch := make(chan reply, 1)
-		root := r.root
-		got, ok := r.g.call(root, &requestAdmitted{id: "boom", reply: ch}, ch)
-		if !ok || !got.unavailable {
-			t.Errorf("reply after a panic: %+v ok %v, want unavailable", got, ok)
-		}
-		r.a.agg = stats.NewAggregate("m", 1, stats.Options{})
 	})
 }
 

@@ -153,7 +153,11 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		msgs.lost = true
 	}
 	if r.unavailable {
-		generationUnavailable(g.model).write(ctx)
+		if r.failed {
+			generationFailed(g.model).write(ctx)
+		} else {
+			generationUnavailable(g.model).write(ctx)
+		}
 		return
 	}
 	mm := entry.metrics

@@ -44,6 +44,16 @@ func generationUnavailable(model string) *problem {
 	return p
 }
 
+// generationFailed answers the request whose admission hit a bug in its model's
+// generation actor: the actor restarts at once with fresh state (generation_life.go), so
+// the request may be retried, here or elsewhere.
+func generationFailed(model string) *problem {
+	p := newProblem(fasthttp.StatusServiceUnavailable, "the generation of model "+echo.Quote(model)+
+		" failed on this request (an internal error) and restarts; retry the request")
+	p.Reason, p.retryable = wire.RetryModelGenerationUnavail, true
+	return p
+}
+
 func queueMismatch(d admission.Decision, retryAfterMs uint64) *problem {
 	p := newProblem(fasthttp.StatusTooManyRequests, "local queue estimate "+strconv.FormatUint(d.ActualMs, 10)+
 		" ms exceeds the threshold "+strconv.FormatUint(d.ThresholdMs, 10)+" ms for the expected "+strconv.FormatUint(d.ExpectedMs, 10)+" ms")

@@ -90,6 +90,13 @@ type Pylon struct {
 	models   atomic.Pointer[map[string]*modelEntry]
 	modelsMu sync.Mutex // serializes writers of models
 	nextGen  atomic.Uint64
+	// gensStopped is set (under replMu) once the generations are being stopped: a failed
+	// one is no longer replaced; replacing tracks the replacements under way.
+	replMu      sync.Mutex
+	gensStopped bool
+	replacing   sync.WaitGroup
+	// genFault is a test-only hook every generation actor runs on each message.
+	genFault atomic.Pointer[faultHook]
 
 	gateways gatewayTable // the gateways dispatching here: dispatch seqs echoed
 	// structure counts changes a load report cannot carry (models added or retired,
@@ -152,6 +159,9 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	}
 	p.dial = dial
 	p.engine = relay.NewConns(dial, cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, p.metrics.upstreamTimedOut)
+	if cfg.NoRawSocketIO {
+		p.engine.PlainIO() // --raw-socket-io=false: net.Conn's own reads and writes
+	}
 	p.clients = newClientConns()
 	p.client = &fasthttp.HostClient{
 		Addr: u.Host, IsTLS: u.Scheme == "https", TLSConfig: clientTLS,
@@ -282,14 +292,14 @@ func (p *Pylon) Run(ctx context.Context) error {
 		p.engine.Watch(stopWatch)
 	}()
 	serveErr := make(chan error, 1)
-	var dataLn net.Listener = relay.RawListener{Listener: p.ln}
+	dataLn := relay.Listener(p.ln, !p.cfg.NoRawSocketIO)
 	if p.dataTLS != nil {
 		dataLn = tls.NewListener(dataLn, p.dataTLS)
 	}
 	go func() { serveErr <- p.server.Serve(dataLn) }()
 	adminDone := make(chan struct{})
 	if p.adminLn != nil {
-		var aln net.Listener = relay.RawListener{Listener: p.adminLn}
+		aln := relay.Listener(p.adminLn, !p.cfg.NoRawSocketIO)
 		if p.serverTLS != nil {
 			aln = tls.NewListener(aln, p.serverTLS)
 		}

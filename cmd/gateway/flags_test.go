@@ -168,3 +168,33 @@ func TestDocExample(t *testing.T) {
 		t.Errorf("heartbeat %v, shutdown delay %v, log format %q", c.Heartbeat, c.ShutdownDelay, c.Common.LogFormat)
 	}
 }
+
+// --raw-socket-io is on by default and turned off by the flag, the environment or a file.
+func TestRawSocketIOFlag(t *testing.T) {
+	file := writeConfig(t, "gateway.yaml", "raw_socket_io: false\n")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   string
+		plain bool
+	}{
+		{"default", nil, "", false},
+		{"flag", []string{"--no-raw-socket-io"}, "", true},
+		{"env", nil, "false", true},
+		{"file", []string{"--config", file}, "", true},
+		{"flag beats file", []string{"--config", file, "--raw-socket-io"}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("SWITCHYARD_GATEWAY_RAW_SOCKET_IO", tc.env)
+			}
+			c, err := parse(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.config().NoRawSocketIO; got != tc.plain {
+				t.Errorf("NoRawSocketIO = %v, want %v", got, tc.plain)
+			}
+		})
+	}
+}

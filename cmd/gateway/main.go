@@ -71,6 +71,7 @@ type cli struct {
 	AccessLogSample              float64       `name:"access-log-sample" help:"Share of requests written to the access log (0–1, chosen at random): one 'access' record each at info with the request id, model, routing key, algorithm, backend, cluster, attempts, status, error code, TTFT, duration and input tokens. 0: off (a record costs microseconds at the gateway's request rate)." default:"0"`
 	AccessLogErrors              bool          `name:"access-log-errors" help:"Also write every request answered with a status other than 2xx to the access log, whatever --access-log-sample says."`
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
+	RawSocketIO                  bool          `name:"raw-socket-io" default:"true" negatable:"" help:"Read and write the client, admin and pylon connections with raw syscalls on Linux, sparing the Go runtime's syscall bookkeeping (it wakes the sysmon thread on the first read or write after an idle spell); --no-raw-socket-io uses net.Conn's own calls, as fasthttp does by default. Timeouts and deadlines work the same either way."`
 	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
 	// The public and admin listeners' connection limits (each listener has its own cap).
 	Limits httpserver.Flags `embed:""`
@@ -158,7 +159,7 @@ func (c *cli) config() gateway.Config {
 		OutlierConsecutiveFailures: retries(c.OutlierConsecutiveFailures), OutlierBaseEjection: c.OutlierBaseEjection,
 		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent,
 		ServerLimits: c.Limits.Limits(), LegacyInputWorkErrorCode: c.LegacyInputWorkErrorCode,
-		AccessLogSample: c.AccessLogSample, AccessLogErrors: c.AccessLogErrors,
+		AccessLogSample: c.AccessLogSample, AccessLogErrors: c.AccessLogErrors, NoRawSocketIO: !c.RawSocketIO,
 	}
 }
 

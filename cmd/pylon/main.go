@@ -87,6 +87,7 @@ type cli struct {
 	TLSClientKeyFile           string        `name:"tls-client-key-file" type:"path" help:"PEM private key of --tls-client-cert-file."`
 	MetricsPrefix              string        `name:"metrics-prefix" default:"pylon_" help:"Prefix of every metric name."`
 	MetricsReferenceNames      bool          `name:"metrics-reference-names" help:"Also export the reference router's metric names in ms and tokens/s (queue_admission_expected_ms, queue_admission_actual_ms, model_output_tps, model_last_mean_input_tps, model_max_output_tps, model_calibration_duration_ms) next to their _seconds and _tokens_per_second forms (promtool flags the _ms names)."`
+	RawSocketIO                bool          `name:"raw-socket-io" default:"true" negatable:"" help:"Read and write the data, admin and engine connections with raw syscalls on Linux, sparing the Go runtime's syscall bookkeeping (it wakes the sysmon thread on the first read or write after an idle spell); --no-raw-socket-io uses net.Conn's own calls, as fasthttp does by default. The engine timeouts work the same either way."`
 	MaxRequestBodyBytes        int           `name:"max-request-body-bytes" default:"67108864" help:"Largest accepted request body (larger: 413 problem+json)."`
 	// The data and admin listeners' connection limits (each listener has its own cap).
 	Limits httpserver.Flags `embed:""`
@@ -131,6 +132,7 @@ func (c *cli) config() pylon.Config {
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = c.FirstOutputTimeout, c.StreamIdleTimeout, c.RequireStreaming
 	cfg.ServerLimits = c.Limits.Limits()
+	cfg.NoRawSocketIO = !c.RawSocketIO
 	return cfg
 }
 

@@ -94,6 +94,8 @@ type Conns struct {
 	// perRequest makes SetReadDeadline set the connection's first-output deadline
 	// (RequestDeadlines).
 	perRequest bool
+	// plain keeps the dialled connections' own reads and writes instead of Raw's (PlainIO).
+	plain bool
 
 	closed atomic.Bool // set (under mu) by abort
 
@@ -165,6 +167,15 @@ func (w *Conns) RequestDeadlines(firstOutput, streamIdle, shortest time.Duration
 	return w
 }
 
+// PlainIO makes the connections use the dialled net.Conn's own reads and writes instead
+// of raw syscalls (--raw-socket-io=false). The watchdog, the request deadlines and Abort
+// work the same: they close the connection, which fails its pending read either way.
+// Call it before the first dial.
+func (w *Conns) PlainIO() *Conns {
+	w.plain = true
+	return w
+}
+
 // DialTimeout is the HostClient's DialTimeout.
 func (w *Conns) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	if w.closed.Load() {
@@ -174,7 +185,10 @@ func (w *Conns) DialTimeout(addr string, timeout time.Duration) (net.Conn, error
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
-	c := &conn{Conn: Raw(nc), w: w}
+	c := &conn{Conn: nc, w: w}
+	if !w.plain {
+		c.Conn = Raw(nc)
+	}
 	w.mu.Lock()
 	if w.closed.Load() {
 		w.mu.Unlock()

@@ -21,6 +21,15 @@ import "net"
 // CPU per request by a third (docs/gateway.md, "Raw socket I/O", and
 // Performance).
 
+// Listener returns ln with raw reads and writes on its accepted connections (RawListener)
+// when raw is set, else ln itself: plain net.Conn I/O (--raw-socket-io=false).
+func Listener(ln net.Listener, raw bool) net.Listener {
+	if raw {
+		return RawListener{Listener: ln}
+	}
+	return ln
+}
+
 // RawListener accepts connections with raw reads and writes.
 type RawListener struct{ net.Listener }
 
