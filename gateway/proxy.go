@@ -394,6 +394,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	status := ctx.Response.StatusCode()
 	end := g.deps.Now()
+	st.after.accessHead(end) // the access log's TTFT of an answer that is not a stream
 	var rs responseScan
 	rs.scan(&ctx.Response.Header)
 	ar := st.after
