@@ -183,11 +183,15 @@ func millis(d time.Duration) float64 {
 	return math.Round(float64(d.Microseconds())) / 1000
 }
 
-// accessEarly writes the record of a request answered before it was routed (an invalid
-// request, an unknown model, a draining gateway): always an error. rt is nil when the
-// request was not parsed.
-func (g *Gateway) accessEarly(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, err error) {
+// refused records a request answered err before it was routed (an invalid request, an
+// unknown model, a draining gateway): its access record (always an error) and its
+// request span (tracing.go). rt is nil when the request was not parsed.
+func (g *Gateway) refused(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, err error) {
+	if !g.access.on && g.deps.Tracer == nil {
+		return
+	}
 	he := errorFor(err)
+	g.traceRefused(ctx, rt, he)
 	if !g.access.on || !g.access.logs(sampled, he.status) {
 		return
 	}
@@ -202,10 +206,10 @@ func (g *Gateway) accessEarly(ctx *fasthttp.RequestCtx, sampled bool, arrival ti
 	g.writeAccess(&r, g.deps.Now())
 }
 
-// reject answers err to a request not routed, and logs it.
+// reject answers err to a request not routed, and records it.
 func (g *Gateway) reject(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, err error) {
 	writeError(ctx, err)
-	g.accessEarly(ctx, sampled, arrival, rt, err)
+	g.refused(ctx, sampled, arrival, rt, err)
 }
 
 // streamEndCode is the access log's error code of an event stream that ended with status.

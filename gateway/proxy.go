@@ -172,7 +172,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		// cannot grow the series set.
 		err := routingError(dispatch.ReasonNoCandidates)
 		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", err)
-		g.accessEarly(ctx, sampled, arrival, &rt, err)
+		g.refused(ctx, sampled, arrival, &rt, err)
 		return
 	}
 	h := &ctx.Request.Header
