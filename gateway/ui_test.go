@@ -251,18 +251,22 @@ func TestStatusPageInChromium(t *testing.T) {
 	url := "http://" + admin + "/ui"
 	args := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-		"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0", "--virtual-time-budget=1000",
+		"--enable-logging=stderr", "--v=0", "--virtual-time-budget=1000",
 	}
 	// A render is checked whole; a browser that started too slowly for its virtual-time
-	// budget (a loaded machine) gets two more tries, and the last try's problems fail the
-	// test (the earlier ones are logged).
+	// budget or crashed (a loaded machine) gets two more tries, and the last try's problems
+	// fail the test (the earlier ones are logged).
 	var problems []string
 	for try := range 3 {
 		if try > 0 {
 			t.Logf("render %d: %s", try, strings.Join(problems, "\n"))
 		}
 		problems = problems[:0]
-		dom, logs := runChromium(t, browser, append(args, "--dump-dom", url)...)
+		dom, logs, err := runChromium(browser, t.TempDir(), append(args, "--user-data-dir="+t.TempDir(), "--dump-dom", url)...)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
 		// The target's settings read as the lb-config file writes them, with their units.
 		for _, want := range []string{
 			"pylon-fast-0", "pylon-slow-1", "gw-ui-test", "power-of-n", "healthy", "5 / 8", "%",
@@ -296,7 +300,9 @@ func TestStatusPageInChromium(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runChromium(t, browser, append(args, "--hide-scrollbars", "--window-size=1280,400", "--screenshot="+abs, url)...)
+		if _, _, err := runChromium(browser, t.TempDir(), append(args, "--user-data-dir="+t.TempDir(), "--hide-scrollbars", "--window-size=1280,400", "--screenshot="+abs, url)...); err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("screenshot: %s", abs)
 	}
 }
@@ -314,19 +320,19 @@ func reportingPylon(l load.Load) fasthttp.RequestHandler {
 	}
 }
 
-// runChromium runs the browser with args and returns its output and its log.
-func runChromium(t *testing.T, browser string, args ...string) (stdout, stderr string) {
-	t.Helper()
+// runChromium runs the browser with args and home as its HOME, and returns its output and
+// its log.
+func runChromium(browser, home string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, browser, args...)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	cmd.Env = append(os.Environ(), "HOME="+home)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %v: %v\n%s", args, err, errb.String())
+		return "", "", fmt.Errorf("chromium %v: %w\n%s", args, err, errb.String())
 	}
-	return out.String(), errb.String()
+	return out.String(), errb.String(), nil
 }
 
 // getBody returns the body of GET path on addr.
