@@ -72,8 +72,12 @@ type accessRecord struct {
 	attempts    int
 	inputTokens uint64
 	firstByte   time.Time // the event stream's first byte (zero: none)
-	status      int
-	code        string
+	// head is when the gateway had read the head (status and headers) of the answering
+	// attempt's response: the TTFT of an answer that is not an event stream (zero: none,
+	// or an answer the gateway made itself).
+	head   time.Time
+	status int
+	code   string
 }
 
 // startAccess begins the record of a routed request (after begin). rt's strings are not
@@ -84,7 +88,7 @@ func (a *afterResponse) startAccess(ctx *fasthttp.RequestCtx, sampled bool, arri
 	r.requestID = append(r.requestID[:0], ctx.Request.Header.PeekBytes(hdrRequestID)...)
 	r.model, r.routingKey = a.ts.t.Model, a.ts.t.RoutingKey
 	r.backend, r.cluster, r.attempts, r.inputTokens = "", "", 0, rt.inputTokens
-	r.firstByte, r.status, r.code = time.Time{}, 0, ""
+	r.firstByte, r.head, r.status, r.code = time.Time{}, time.Time{}, 0, ""
 	a.pending |= afterAccess
 }
 
@@ -93,6 +97,14 @@ func (a *afterResponse) accessAttempt(out *dispatch.Outcome) {
 	if a.pending&afterAccess != 0 {
 		a.access.backend, a.access.cluster = out.BackendID, out.ClusterID
 		a.access.attempts++
+		a.access.head = time.Time{}
+	}
+}
+
+// accessHead notes that the attempt's response head was read at at.
+func (a *afterResponse) accessHead(at time.Time) {
+	if a.pending&afterAccess != 0 {
+		a.access.head = at
 	}
 }
 
@@ -108,6 +120,11 @@ func (a *afterResponse) accessEnd(g *Gateway, ctx *fasthttp.RequestCtx, status i
 		r.status = ctx.Response.StatusCode()
 	}
 	r.code = code
+	if code != "" || ctx.Response.IsBodyStream() {
+		// The gateway's own answer (an error code of its own) has no upstream head; an
+		// event stream's TTFT is its first byte (streamGuard).
+		r.head = time.Time{}
+	}
 	if code == "" && r.status > 299 && g.access.logs(r.sampled, r.status) && !ctx.Response.IsBodyStream() {
 		r.code = upstreamErrorCode(ctx.Response.Body())
 	}
@@ -148,8 +165,11 @@ func (g *Gateway) writeAccess(r *accessRecord, now time.Time) {
 	if r.code != "" {
 		attrs = append(attrs, slog.String("error_code", r.code))
 	}
-	if !r.firstByte.IsZero() {
-		attrs = append(attrs, slog.Float64("ttft_ms", millis(r.firstByte.Sub(r.arrival))))
+	if first := r.firstByte; !first.IsZero() || !r.head.IsZero() {
+		if first.IsZero() {
+			first = r.head
+		}
+		attrs = append(attrs, slog.Float64("ttft_ms", millis(first.Sub(r.arrival))))
 	}
 	attrs = append(attrs,
 		slog.Float64("duration_ms", millis(now.Sub(r.arrival))),
@@ -163,11 +183,15 @@ func millis(d time.Duration) float64 {
 	return math.Round(float64(d.Microseconds())) / 1000
 }
 
-// accessEarly writes the record of a request answered before it was routed (an invalid
-// request, an unknown model, a draining gateway): always an error. rt is nil when the
-// request was not parsed.
-func (g *Gateway) accessEarly(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, err error) {
+// refused records a request answered err before it was routed (an invalid request, an
+// unknown model, a draining gateway): its access record (always an error) and its
+// request span (tracing.go). rt is nil when the request was not parsed.
+func (g *Gateway) refused(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, err error) {
+	if !g.access.on && g.deps.Tracer == nil {
+		return
+	}
 	he := errorFor(err)
+	g.traceRefused(ctx, rt, he)
 	if !g.access.on || !g.access.logs(sampled, he.status) {
 		return
 	}
@@ -182,10 +206,10 @@ func (g *Gateway) accessEarly(ctx *fasthttp.RequestCtx, sampled bool, arrival ti
 	g.writeAccess(&r, g.deps.Now())
 }
 
-// reject answers err to a request not routed, and logs it.
+// reject answers err to a request not routed, and records it.
 func (g *Gateway) reject(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, err error) {
 	writeError(ctx, err)
-	g.accessEarly(ctx, sampled, arrival, rt, err)
+	g.refused(ctx, sampled, arrival, rt, err)
 }
 
 // streamEndCode is the access log's error code of an event stream that ended with status.

@@ -85,7 +85,8 @@ func checkDurations(t *testing.T, rec map[string]any, wantTTFT bool) {
 }
 
 // With --access-log-sample 1 every request has one JSON record with the fields of its
-// answer: a success, an unknown model's 404, an event stream (with its TTFT) and a retried request.
+// answer: a success (its TTFT the pylon's answer head), an unknown model's 404 (no TTFT),
+// an event stream (its TTFT the stream's first byte).
 func TestAccessLogRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, sink := loggedHarness(t, gateway.Config{AccessLogSample: 1}, `{"default":"round-robin"}`)
@@ -96,6 +97,7 @@ func TestAccessLogRecords(t *testing.T) {
 				ctx.SetBodyStream(&scriptedBody{chunks: append(events(2), "data: [DONE]\n\n"), gap: 10 * time.Millisecond}, -1)
 				return
 			}
+			time.Sleep(25 * time.Millisecond) // a buffered answer comes once generated
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"ok":true}`)
 		}))
@@ -132,11 +134,58 @@ func TestAccessLogRecords(t *testing.T) {
 		if diff := cmp.Diff(want, got, accessVolatile); diff != "" {
 			t.Fatalf("access records (-want +got):\n%s", diff)
 		}
-		checkDurations(t, got[0], false)
+		checkDurations(t, got[0], true)
 		checkDurations(t, got[1], false)
+		if ttft := got[0]["ttft_ms"].(float64); ttft < 25 {
+			t.Errorf("success: ttft_ms %v, want the pylon's 25 ms to its answer", ttft)
+		}
 		checkDurations(t, got[2], true)
 		if ttft, d := got[2]["ttft_ms"].(float64), got[2]["duration_ms"].(float64); ttft < 30 || d < ttft+20 {
 			t.Errorf("stream: ttft_ms %v, duration_ms %v; want the 30 ms prefill, then two 10 ms gaps", ttft, d)
+		}
+	})
+}
+
+// The TTFT of an answer that is not an event stream is the time to the pylon's answer
+// head: a JSON answer streamed by the pylon (head and first chunk after a 40 ms "prefill",
+// the rest 30 ms later) has ttft_ms 40 and duration_ms 70; a request that never mentions
+// "stream" is read whole, its head with its body; an error the gateway makes itself after
+// its attempt (the pylon's body cut short: 502) has none.
+func TestAccessLogTTFTOfBufferedAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, sink := loggedHarness(t, gateway.Config{AccessLogSample: 1, MaxRequestRetries: gateway.NoRetries}, `{"default":"round-robin"}`)
+		h.register(h.pylon("p1", "c1", idleLoad(), func(_ int, ctx *fasthttp.RequestCtx) {
+			time.Sleep(40 * time.Millisecond)
+			ctx.SetContentType("application/json")
+			body := &scriptedBody{chunks: []string{`{"choices":`, `[]}`}, gap: 30 * time.Millisecond}
+			if len(ctx.Request.Header.Peek("x-cut")) > 0 {
+				body.err = errPylonDied
+			}
+			ctx.SetBodyStream(body, -1)
+		}))
+		sink.accessRecords(t)
+		for _, c := range []struct {
+			name, body string
+			hdr        map[string]string
+			status     int
+			ttft, dur  float64 // -1: no ttft_ms
+		}{
+			{"streamed JSON", noStreamChat, nil, 200, 40, 70},
+			{"buffered", strings.ReplaceAll(noStreamChat, `"stream":false,`, ""), nil, 200, 70, 70},
+			{"cut", noStreamChat, map[string]string{"x-cut": "1"}, 502, -1, 70},
+		} {
+			if r := h.do("POST", "/v1/chat/completions", []byte(c.body), c.hdr); r.status != c.status {
+				t.Fatalf("%s: %d %s, want %d", c.name, r.status, r.body, c.status)
+			}
+			synctest.Wait()
+			got := sink.accessRecords(t)
+			if len(got) != 1 {
+				t.Fatalf("%s: %d records, want 1: %v", c.name, len(got), got)
+			}
+			ttft, has := got[0]["ttft_ms"].(float64)
+			if d := got[0]["duration_ms"].(float64); has != (c.ttft >= 0) || (has && ttft != c.ttft) || d != c.dur {
+				t.Errorf("%s: ttft_ms %v, duration_ms %v; want %v, %v", c.name, got[0]["ttft_ms"], d, c.ttft, c.dur)
+			}
 		}
 	})
 }

@@ -23,9 +23,9 @@ import (
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	defer g.recoverPanic(ctx)
 	p := ctx.Path()
-	if string(p) == "/v1/chat/completions" || string(p) == "/v1/completions" || string(p) == "/v1/responses" || string(p) == "/v1/embeddings" {
+	if inferencePath(p) {
 		if !ctx.IsPost() {
-			writeError(ctx, fmt.Errorf("%w: %s needs POST", ErrMethod, p))
+			g.reject(ctx, g.access.pick(), g.deps.Now(), nil, fmt.Errorf("%w: %s needs POST", ErrMethod, p))
 			return
 		}
 		g.handleInference(ctx)

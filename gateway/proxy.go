@@ -162,7 +162,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		// cannot grow the series set.
 		err := routingError(dispatch.ReasonNoCandidates)
 		g.finish(ctx, g.metrics.target(dispatch.Target{}), "", err)
-		g.accessEarly(ctx, sampled, arrival, &rt, err)
+		g.refused(ctx, sampled, arrival, &rt, err)
 		return
 	}
 	h := &ctx.Request.Header
@@ -384,6 +384,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	status := ctx.Response.StatusCode()
 	end := g.deps.Now()
+	st.after.accessHead(end) // the access log's TTFT of an answer that is not a stream
 	var rs responseScan
 	rs.scan(&ctx.Response.Header)
 	ar := st.after

@@ -51,19 +51,52 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, rt *routing, algorithm st
 	if tr == nil {
 		return nil
 	}
+	c, span := startRequestSpan(tr, ctx, rt, algorithm)
+	return &reqTrace{tr: tr, ctx: c, root: span}
+}
+
+// startRequestSpan starts a gateway.request span for ctx's request; rt is nil when the
+// request was not parsed (then the span has no routing attributes).
+func startRequestSpan(tr trace.Tracer, ctx *fasthttp.RequestCtx, rt *routing, algorithm string) (context.Context, trace.Span) {
 	h := &ctx.Request.Header
-	c, span := tr.Start(tracing.Extract(context.Background(), h), "gateway.request",
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(
-			attribute.String("http.request.method", string(ctx.Method())),
-			attribute.String("url.path", string(ctx.Path())),
+	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs = append(attrs,
+		attribute.String("http.request.method", string(ctx.Method())),
+		attribute.String("url.path", string(ctx.Path())),
+	)
+	if rt != nil {
+		id := string(h.Peek(wire.HeaderRequestID))
+		if rt.newRequestID != "" {
+			id = rt.newRequestID // generated; the header has it once the request is routed
+		}
+		attrs = append(attrs,
 			attribute.String("gen_ai.request.model", rt.model),
 			attribute.String("switchyard.routing_key", rt.routingKey),
 			attribute.String("switchyard.algorithm", algorithm),
-			attribute.String("switchyard.request_id", string(h.Peek(wire.HeaderRequestID))),
+			attribute.String("switchyard.request_id", id),
 			attribute.Int64("switchyard.input_tokens", int64(min(rt.inputTokens, 1<<62))),
-		))
-	return &reqTrace{tr: tr, ctx: c, root: span}
+		)
+	} else if id := h.Peek(wire.HeaderRequestID); len(id) > 0 {
+		attrs = append(attrs, attribute.String("switchyard.request_id", string(id)))
+	}
+	return tr.Start(tracing.Extract(context.Background(), h), "gateway.request",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// traceRefused records the request span of a request answered he before it was routed
+// (a bad request, an unknown model, a draining gateway…): a gateway.request span without
+// children, with the answer's status and error code. rt is nil when the request was not
+// parsed. Nothing when tracing is off or the request is not sampled.
+func (g *Gateway) traceRefused(ctx *fasthttp.RequestCtx, rt *routing, he *httpError) {
+	if g.deps.Tracer == nil {
+		return
+	}
+	_, span := startRequestSpan(g.deps.Tracer, ctx, rt, "")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("switchyard.refused", true))
+		endRequestSpan(span, he.status, he.code, 0)
+	}
+	span.End()
 }
 
 // startRoute opens the span of one scheduler decision (the wait for a grant).
@@ -208,7 +241,11 @@ func (t *reqTrace) streamEnded(status int, upErr, clientErr error) {
 		s.SetStatus(codes.Error, reason)
 	}
 	s.End()
-	t.endRoot(status)
+	code := ""
+	if reason != "completed" {
+		code = streamEndCode(status)
+	}
+	t.endRoot(status, code)
 }
 
 // finish ends the request span when the handler returns, unless a stream carries on.
@@ -217,13 +254,27 @@ func (t *reqTrace) finish(resp *fasthttp.Response) {
 		return
 	}
 	t.attemptDone(0, nil)
-	t.endRoot(resp.StatusCode())
+	status, code := resp.StatusCode(), ""
+	if status > 299 && t.root.IsRecording() {
+		code = upstreamErrorCode(resp.Body()) // the gateway's error body, or the pylon's
+	}
+	t.endRoot(status, code)
 }
 
-func (t *reqTrace) endRoot(status int) {
-	t.root.SetAttributes(attribute.Int("http.response.status_code", status), attribute.Int("switchyard.attempts", t.attempts))
-	if status >= 500 || status == relay.StatusClientClosedRequest {
-		t.root.SetStatus(codes.Error, "")
-	}
+func (t *reqTrace) endRoot(status int, code string) {
+	endRequestSpan(t.root, status, code, t.attempts)
 	t.root.End()
+}
+
+// endRequestSpan sets the closing attributes of a gateway.request span: the answer's
+// status, its error code ("": none) and the attempts made; a 5xx (or a client gone, 499)
+// marks the span as an error.
+func endRequestSpan(s trace.Span, status int, code string, attempts int) {
+	s.SetAttributes(attribute.Int("http.response.status_code", status), attribute.Int("switchyard.attempts", attempts))
+	if code != "" {
+		s.SetAttributes(attribute.String("switchyard.error_code", code))
+	}
+	if status >= 500 || status == relay.StatusClientClosedRequest {
+		s.SetStatus(codes.Error, code)
+	}
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,10 +12,12 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/gateway"
 	"github.com/switchyard/switchyard/internal/tracing"
@@ -188,3 +191,91 @@ func keys[V any](m map[string]V) []string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Requests refused before routing get a gateway.request span too, with no children: the
+// client's span as parent, the answer's status and error code. A request the scheduler
+// refuses (input-work admission) has its error code on the request span and a rejected
+// gateway.route. A refused request whose caller did not sample its trace records nothing.
+func TestTraceRefusedRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := tracing.NewProvider(sdktrace.NewSimpleSpanProcessor(exp), 1, "gateway", "test")
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		h := newHarnessDeps(t, gateway.Config{MaxReplayBodyBytes: 4096},
+			`{"default":"power-of-n","models":{"m":{"algorithm":"power-of-n","max_input_work_seconds":0.5}}}`,
+			gateway.Deps{Tracer: tp.Tracer("gateway")})
+		h.register(h.pylon("p", "p", load.Load{InputTPS: 100, QueuedInputTokens: 100}, nil))
+		exp.Reset()
+
+		const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+		chat := []byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`)
+		for i, c := range []struct {
+			name, method string
+			body         []byte
+			headers      map[string]string
+			status       int
+			code         string
+			children     []string // spans under gateway.request
+		}{
+			{"bad body", "POST", []byte(`{"model":`), nil, 400, "invalid_request", nil},
+			{"too large", "POST", []byte(`{"model":"m","pad":"` + strings.Repeat("x", 5000) + `"}`), nil, 413, "request_too_large", nil},
+			{"unknown model", "POST", []byte(`{"model":"nope","messages":[]}`), map[string]string{"x-input-tokens": "1"}, 404, "no_eligible_candidates", nil},
+			{"bad routing method", "POST", chat, map[string]string{"x-routing-method": "no-such-algorithm"}, 400, "invalid_request", nil},
+			{"method", "GET", nil, nil, 405, "method_not_allowed", nil},
+			{"admission", "POST", chat, map[string]string{"x-input-tokens": "50"}, 503, "overloaded_error", []string{"gateway.route"}},
+		} {
+			hdr := map[string]string{"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01", "x-request-id": "req-" + itoa(i)}
+			for k, v := range c.headers {
+				hdr[k] = v
+			}
+			if r := h.do(c.method, "/v1/chat/completions", c.body, hdr); r.status != c.status || !strings.Contains(r.body, `"code":"`+c.code+`"`) {
+				t.Fatalf("%s: %d %s, want %d %s", c.name, r.status, r.body, c.status, c.code)
+			}
+			synctest.Wait()
+			spans := exp.GetSpans()
+			exp.Reset()
+			var root tracetest.SpanStub
+			var children []string
+			for _, s := range spans {
+				if s.Name == "gateway.request" {
+					root = s
+				} else {
+					children = append(children, s.Name)
+				}
+			}
+			if root.Name == "" {
+				t.Errorf("%s: no gateway.request span (got %d spans)", c.name, len(spans))
+				continue
+			}
+			if root.SpanContext.TraceID().String() != clientTrace || root.Parent.SpanID().String() != clientSpan || root.SpanKind != trace.SpanKindServer {
+				t.Errorf("%s: span in trace %s under %s (kind %v), want the client's %s under %s, a server span", c.name,
+					root.SpanContext.TraceID(), root.Parent.SpanID(), root.SpanKind, clientTrace, clientSpan)
+			}
+			attrs := map[string]string{}
+			for _, kv := range root.Attributes {
+				attrs[string(kv.Key)] = kv.Value.String()
+			}
+			for k, want := range map[string]string{
+				"http.response.status_code": itoa(c.status), "switchyard.error_code": c.code,
+				"switchyard.request_id": "req-" + itoa(i), "http.request.method": c.method, "url.path": "/v1/chat/completions",
+			} {
+				if attrs[k] != want {
+					t.Errorf("%s: %s = %q, want %q (%v)", c.name, k, attrs[k], want, attrs)
+				}
+			}
+			if wantErr := c.status >= 500; (root.Status.Code == codes.Error) != wantErr {
+				t.Errorf("%s: span status %v, want an error: %v", c.name, root.Status, wantErr)
+			}
+			if !slices.Equal(children, c.children) {
+				t.Errorf("%s: other spans %v, want %v", c.name, children, c.children)
+			}
+		}
+
+		// Not sampled by the caller: no span.
+		r := h.do("POST", "/v1/chat/completions", []byte(`{"model":`), map[string]string{"traceparent": "00-" + clientTrace + "-" + clientSpan + "-00"})
+		synctest.Wait()
+		if r.status != 400 || len(exp.GetSpans()) != 0 {
+			t.Errorf("unsampled refused request: %d, %d spans; want 400 and none", r.status, len(exp.GetSpans()))
+		}
+	})
+}

@@ -69,14 +69,15 @@ type uiLBConfig struct {
 // uiTarget is one routing target: its algorithm and settings, its scheduler's state and
 // its backends.
 type uiTarget struct {
-	RoutingKey string          `json:"routing_key"`
-	Model      string          `json:"model"`
-	Algorithm  string          `json:"algorithm"`
-	Settings   json.RawMessage `json:"settings"` // the lb-config entry in force, as decoded
-	Scheduler  bool            `json:"scheduler"`
-	Parked     int             `json:"parked"`
-	Candidates int             `json:"candidates"`
-	Backends   []uiBackend     `json:"backends"`
+	RoutingKey string `json:"routing_key"`
+	Model      string `json:"model"`
+	Algorithm  string `json:"algorithm"`
+	// Settings is the lb-config entry in force, under the file's keys (ui_settings.go).
+	Settings   []uiSetting `json:"settings"`
+	Scheduler  bool        `json:"scheduler"`
+	Parked     int         `json:"parked"`
+	Candidates int         `json:"candidates"`
+	Backends   []uiBackend `json:"backends"`
 }
 
 // uiBackend is one backend of a target.
@@ -124,8 +125,7 @@ func (g *Gateway) uiState() *uiState {
 			return u
 		}
 		entry := cfg.ModelEntry(t.Model)
-		settings, _ := json.Marshal(entry)
-		u := &uiTarget{RoutingKey: t.RoutingKey, Model: t.Model, Algorithm: entryName(&entry), Settings: settings, Backends: []uiBackend{}}
+		u := &uiTarget{RoutingKey: t.RoutingKey, Model: t.Model, Algorithm: entryName(&entry), Settings: uiSettings(&entry), Backends: []uiBackend{}}
 		if s := scheds[t]; s != nil {
 			u.Scheduler, u.Parked, u.Candidates = true, s.Parked, s.Candidates
 		}

@@ -53,10 +53,11 @@ func TestStatusPageSelfContained(t *testing.T) {
 }
 
 // /ui/state lists each target's backends with their load, TTFT estimate, health and the
-// 200s they served, the parked requests and the lb-config in force.
+// 200s they served, the parked requests and the lb-config in force: the target's settings
+// under the lb-config file's keys, with readable units and the defaults marked.
 func TestStatusPageState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, gateway.Config{}, `{"default":"round-robin","models":{"m":{"algorithm":"wait-and-widen"}}}`)
+		h := newHarness(t, gateway.Config{}, `{"default":"round-robin","models":{"m":{"algorithm":"wait-and-widen","cache_affinity_wait_ms":300,"capacity_wait_ms":2000}}}`)
 		h.register(h.pylon("p1", "c1", load.Load{InputTPS: 2000, RunningRequests: 3, MaxEngineConcurrency: 8}, nil))
 		h.register(h.pylon("p2", "c2", load.Load{InputTPS: 1000, MaxEngineConcurrency: 8}, nil))
 		for range 4 {
@@ -75,7 +76,12 @@ func TestStatusPageState(t *testing.T) {
 				Model, Algorithm string
 				Scheduler        bool
 				Parked           int
-				Backends         []struct {
+				Settings         []struct {
+					Key, Text string
+					Value     any
+					Default   bool
+				}
+				Backends []struct {
 					ID, Cluster, Status string
 					Routable            bool
 					Running             uint64
@@ -94,6 +100,28 @@ func TestStatusPageState(t *testing.T) {
 		}
 		if len(st.Targets) != 1 || st.Targets[0].Model != "m" || st.Targets[0].Algorithm != "wait-and-widen" || !st.Targets[0].Scheduler || len(st.Targets[0].Backends) != 2 {
 			t.Fatalf("targets %+v, want m (wait-and-widen) with p1 and p2", st.Targets)
+		}
+		settings := map[string]string{}
+		for _, s := range st.Targets[0].Settings {
+			if strings.ToLower(s.Key) != s.Key || strings.ContainsAny(s.Key, " -") {
+				t.Errorf("setting %q is not an lb-config key", s.Key)
+			}
+			settings[s.Key] = fmt.Sprintf("%v %q default=%v", s.Value, s.Text, s.Default)
+		}
+		for key, want := range map[string]string{
+			"cache_affinity_wait_ms":  `300 "300 ms" default=false`,
+			"capacity_wait_ms":        `2000 "2 s" default=false`,
+			"ttft_bucket_size_ms":     `20 "20 ms" default=true`,
+			"session_affinity_ttl_ms": `300000 "5 min" default=true`,
+			"prefill_wait":            `true "true" default=true`,
+			"max_input_work_seconds":  `<nil> "no limit" default=true`,
+		} {
+			if got := settings[key]; got != want {
+				t.Errorf("setting %s: %s, want %s", key, got, want)
+			}
+		}
+		if _, ok := settings["sample_count"]; ok {
+			t.Errorf("wait-and-widen shows power-of-n's sample_count: %v", settings)
 		}
 		var served uint64
 		for i, want := range []string{"p1", "p2"} {
@@ -147,7 +175,12 @@ func TestStatusPageInChromium(t *testing.T) {
 	fast := load.Load{InputTPS: 4000, RunningRequests: 5, MaxEngineConcurrency: 8, QueueSize: 1, QueuedInputTokens: 900}
 	slow := load.Load{InputTPS: 1500, RunningRequests: 2, MaxEngineConcurrency: 8}
 	up1, up2 := serve(t, reportingPylon(fast)), serve(t, reportingPylon(slow))
-	g, err := gateway.New(gateway.Config{GatewayID: "gw-ui-test"}, gateway.Deps{Now: time.Now})
+	lbConfig := filepath.Join(t.TempDir(), "lb-config.json")
+	entry := `{"algorithm":"power-of-n","tie_tolerance_ms":10,"max_input_work_seconds":30}`
+	if err := os.WriteFile(lbConfig, []byte(`{"default":"power-of-n","models":{"`+benchModel+`":`+entry+`}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Config{GatewayID: "gw-ui-test", LBConfigPath: lbConfig}, gateway.Deps{Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,22 +251,34 @@ func TestStatusPageInChromium(t *testing.T) {
 	url := "http://" + admin + "/ui"
 	args := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-		"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0", "--virtual-time-budget=1000",
+		"--enable-logging=stderr", "--v=0", "--virtual-time-budget=1000",
 	}
 	// A render is checked whole; a browser that started too slowly for its virtual-time
-	// budget (a loaded machine) gets two more tries, and the last try's problems fail the
-	// test (the earlier ones are logged).
+	// budget or crashed (a loaded machine) gets two more tries, and the last try's problems
+	// fail the test (the earlier ones are logged).
 	var problems []string
 	for try := range 3 {
 		if try > 0 {
 			t.Logf("render %d: %s", try, strings.Join(problems, "\n"))
 		}
 		problems = problems[:0]
-		dom, logs := runChromium(t, browser, append(args, "--dump-dom", url)...)
-		for _, want := range []string{"pylon-fast-0", "pylon-slow-1", "gw-ui-test", "power-of-n", "healthy", "5 / 8", "%"} {
+		dom, logs, err := runChromium(browser, t.TempDir(), append(args, "--user-data-dir="+t.TempDir(), "--dump-dom", url)...)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		// The target's settings read as the lb-config file writes them, with their units.
+		for _, want := range []string{
+			"pylon-fast-0", "pylon-slow-1", "gw-ui-test", "power-of-n", "healthy", "5 / 8", "%",
+			"<code>tie_tolerance_ms</code> = 10 ms", "<code>max_input_work_seconds</code> = 30 s",
+			`<tr data-setting="sample_count" class="muted"><td><code>sample_count</code></td><td>2</td><td>default</td></tr>`,
+		} {
 			if !strings.Contains(dom, want) {
 				problems = append(problems, fmt.Sprintf("the rendered page lacks %q:\n%s", want, dom))
 			}
+		}
+		if m := regexp.MustCompile(`TieTolerance|MaxInputWork|SampleCount`).FindString(dom); m != "" {
+			problems = append(problems, fmt.Sprintf("the rendered page shows the Go field %s:\n%s", m, dom))
 		}
 		if strings.Contains(dom, `id="error" style="display: block`) {
 			problems = append(problems, fmt.Sprintf("the page shows an error:\n%q", dom))
@@ -255,7 +300,9 @@ func TestStatusPageInChromium(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runChromium(t, browser, append(args, "--hide-scrollbars", "--window-size=1280,400", "--screenshot="+abs, url)...)
+		if _, _, err := runChromium(browser, t.TempDir(), append(args, "--user-data-dir="+t.TempDir(), "--hide-scrollbars", "--window-size=1280,400", "--screenshot="+abs, url)...); err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("screenshot: %s", abs)
 	}
 }
@@ -273,19 +320,19 @@ func reportingPylon(l load.Load) fasthttp.RequestHandler {
 	}
 }
 
-// runChromium runs the browser with args and returns its output and its log.
-func runChromium(t *testing.T, browser string, args ...string) (stdout, stderr string) {
-	t.Helper()
+// runChromium runs the browser with args and home as its HOME, and returns its output and
+// its log.
+func runChromium(browser, home string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, browser, args...)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	cmd.Env = append(os.Environ(), "HOME="+home)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %v: %v\n%s", args, err, errb.String())
+		return "", "", fmt.Errorf("chromium %v: %w\n%s", args, err, errb.String())
 	}
-	return out.String(), errb.String()
+	return out.String(), errb.String(), nil
 }
 
 // getBody returns the body of GET path on addr.

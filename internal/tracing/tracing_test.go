@@ -5,9 +5,12 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/switchyard/switchyard/internal/tracing"
+	"github.com/switchyard/switchyard/internal/tracing/otlptest"
 )
 
 func TestOffByDefault(t *testing.T) {
@@ -73,5 +76,63 @@ func TestHeaderRoundTrip(t *testing.T) {
 	}
 	if got := string(out.Peek("tracestate")); got != "vendor=1" {
 		t.Errorf("injected tracestate %q", got)
+	}
+}
+
+// The tracer Start builds for --otlp-endpoint posts its spans over OTLP/HTTP (protobuf, to
+// URL/v1/traces) to a real receiver: a span started under a client's traceparent keeps the
+// client's trace id and has the client's span as parent, and the resource names the
+// service and its version. Shutdown flushes what the batch holds. The exporter's standard
+// variables apply: headers (a collector's API key) and gzip compression.
+func TestExportToAnOTLPReceiver(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=k1")
+	t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+	rcv := otlptest.Start(t)
+	f := tracing.Flags{OTLPEndpoint: rcv.URL + "/", TraceSample: 1}
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tr, shutdown, err := f.Start("gateway", "v-test")
+	if err != nil || tr == nil {
+		t.Fatalf("Start = %v, %v", tr, err)
+	}
+	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	var h fasthttp.RequestHeader
+	h.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+	ctx, span := tr.Start(tracing.Extract(context.Background(), &h), "gateway.request", trace.WithSpanKind(trace.SpanKindServer))
+	span.SetAttributes(attribute.Int("http.response.status_code", 200))
+	_, child := tr.Start(ctx, "gateway.attempt")
+	child.End()
+	span.End()
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown (flush): %v", err)
+	}
+
+	if p := rcv.Problems(); len(p) > 0 {
+		t.Fatalf("the receiver refused exports: %v", p)
+	}
+	spans := map[string]otlptest.Span{}
+	for _, s := range rcv.Spans() {
+		spans[s.Name] = s
+	}
+	root, attempt := spans["gateway.request"], spans["gateway.attempt"]
+	if len(spans) != 2 || root.Name == "" || attempt.Name == "" {
+		t.Fatalf("received %v, want gateway.request and gateway.attempt", rcv.Spans())
+	}
+	for _, s := range []otlptest.Span{root, attempt} {
+		if s.TraceID != clientTrace || s.Service != "switchyard-gateway" || s.Version != "v-test" {
+			t.Errorf("%s: trace %s, service %q %q; want the client's %s, switchyard-gateway v-test", s.Name, s.TraceID, s.Service, s.Version, clientTrace)
+		}
+	}
+	if root.ParentID != clientSpan || attempt.ParentID != root.SpanID || root.Kind != tracepb.Span_SPAN_KIND_SERVER {
+		t.Errorf("parents: request %s (kind %v), attempt %s; want the client's %s, a server span, and the request's %s",
+			root.ParentID, root.Kind, attempt.ParentID, clientSpan, root.SpanID)
+	}
+	if got := root.Attrs["http.response.status_code"]; got != "200" {
+		t.Errorf("http.response.status_code = %q, want 200", got)
+	}
+	if h := rcv.Header(); h.Get("x-api-key") != "k1" || h.Get("Content-Encoding") != "gzip" {
+		t.Errorf("export headers %v, want x-api-key k1 and gzip", h)
 	}
 }
