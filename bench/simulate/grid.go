@@ -39,16 +39,28 @@ type Point struct {
 	Result   Result
 }
 
-// Grid runs algorithm a of s once per combination of the axes' values, each value set on
-// the algorithm's entry for the scenario's model (which must be a detailed object), over
-// seeds manifests (RunSeeds). The points come in row-major order (the last axis varies
-// fastest).
-func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis, seeds int) ([]Point, error) {
+// Variants returns one variant of algorithm a of s per combination of the axes' values
+// (see Variant), in Grid's order.
+func Variants(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis) ([]scenario.Algorithm, error) {
+	var out []scenario.Algorithm
+	for _, settings := range combinations(axes) {
+		v, err := Variant(s, a, axes, settings)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// combinations lists every combination of the axes' values in row-major order (the last
+// axis varies fastest).
+func combinations(axes []Axis) [][]float64 {
 	n := 1
 	for _, ax := range axes {
 		n *= len(ax.Values)
 	}
-	points := make([]Point, 0, n)
+	out := make([][]float64, 0, n)
 	for i := range n {
 		settings := make([]float64, len(axes))
 		k := i
@@ -56,6 +68,19 @@ func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis, seeds int) (
 			settings[j] = axes[j].Values[k%len(axes[j].Values)]
 			k /= len(axes[j].Values)
 		}
+		out = append(out, settings)
+	}
+	return out
+}
+
+// Grid runs algorithm a of s once per combination of the axes' values, each value set on
+// the algorithm's entry for the scenario's model (which must be a detailed object), over
+// seeds manifests (RunSeeds). The points come in row-major order (the last axis varies
+// fastest).
+func Grid(s *scenario.Scenario, a *scenario.Algorithm, axes []Axis, seeds int) ([]Point, error) {
+	combos := combinations(axes)
+	points := make([]Point, 0, len(combos))
+	for _, settings := range combos {
 		v, err := Variant(s, a, axes, settings)
 		if err != nil {
 			return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/scenarios"
 	"github.com/switchyard/switchyard/bench/score"
+	"github.com/switchyard/switchyard/bench/simulate"
 	"github.com/switchyard/switchyard/internal/cmdline"
 )
 
@@ -88,6 +89,7 @@ func (f *scenarioFlags) seed(s *scenario.Scenario) uint64 {
 type runCmd struct {
 	scenarioFlags
 	Algorithms   []string      `sep:"," help:"Only these algorithms (labels from the scenario), comma-separated."`
+	Grid         []string      `sep:"none" placeholder:"FIELD=V1,V2,..." help:"Run the one algorithm named by --algorithms once per combination of these values of its model entry's fields (repeatable), as bench simulate --grid does; the scenario's expect checks are skipped."`
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"30s" help:"How long each fleet may take to become routable."`
 	Expect       bool          `default:"true" negatable:"" help:"Exit 1 when a check of the scenario's expect section is missed (--no-expect: report the checks, exit 0)."`
@@ -113,10 +115,17 @@ func (c *runCmd) Run(common *cmdline.Flags) error {
 	if out == "" {
 		out = filepath.Join("out", scenario.Slug(s.Name))
 	}
+	algorithms := c.Algorithms
+	if len(c.Grid) > 0 {
+		if err := gridScenario(s, c.Algorithms, c.Grid); err != nil {
+			return err
+		}
+		algorithms = nil
+	}
 	ctx, stop := signalContext()
 	defer stop()
 	rep, err := runner.Run(ctx, runner.Options{
-		Scenario: s, Seed: c.seed(s), TimeScale: c.TimeScale, Algorithms: c.Algorithms, OutDir: out,
+		Scenario: s, Seed: c.seed(s), TimeScale: c.TimeScale, Algorithms: algorithms, OutDir: out,
 		Bin: fleet.BinariesIn(c.BinDir), ReadyTimeout: c.ReadyTimeout, Progress: newProgress(os.Stderr),
 		Logger: logger,
 	})
@@ -134,7 +143,56 @@ func (c *runCmd) Run(common *cmdline.Flags) error {
 	if err := finish(os.Stdout, out, rep); err != nil {
 		return err
 	}
+	if len(c.Grid) > 0 {
+		printBestRun(os.Stdout, rep.Runs)
+	}
 	return expectErr(rep.Expectations, c.Expect)
+}
+
+// gridScenario replaces s's algorithms by one variant of the algorithm named in algs per
+// point of the grid (each named by its settings, as bench simulate names them) and drops
+// the scenario's expect checks, which name the original algorithms.
+func gridScenario(s *scenario.Scenario, algs, grid []string) error {
+	if len(algs) != 1 {
+		return fmt.Errorf("--grid needs exactly one algorithm (--algorithms NAME), got %d", len(algs))
+	}
+	i := slicesIndex(s.Algorithms, algs[0])
+	if i < 0 {
+		return fmt.Errorf("--algorithms: the scenario has no algorithm %q", algs[0])
+	}
+	axes := make([]simulate.Axis, 0, len(grid))
+	for _, spec := range grid {
+		ax, err := simulate.ParseAxis(spec)
+		if err != nil {
+			return err
+		}
+		axes = append(axes, ax)
+	}
+	variants, err := simulate.Variants(s, &s.Algorithms[i], axes)
+	if err != nil {
+		return err
+	}
+	s.Algorithms, s.Expect = variants, nil
+	return nil
+}
+
+// printBestRun prints the grid point bench simulate would call best: fewest failures,
+// then lowest mean TTFT.
+func printBestRun(w io.Writer, runs []report.Run) {
+	best := -1
+	for i := range runs {
+		r, b := &runs[i].Summary, (*score.Summary)(nil)
+		if best >= 0 {
+			b = &runs[best].Summary
+		}
+		if b == nil || r.Requests-r.Successes < b.Requests-b.Successes ||
+			(r.Requests-r.Successes == b.Requests-b.Successes && r.TTFT.Avg < b.TTFT.Avg) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		_, _ = fmt.Fprintf(w, "\nbest (fewest failures, then lowest mean TTFT): %s\n", runs[best].Summary.Algorithm)
+	}
 }
 
 // expectErr is the run's verdict on its expect checks: an error naming how many missed
