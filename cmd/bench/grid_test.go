@@ -21,7 +21,7 @@ func TestRunGridVariantsAndBest(t *testing.T) {
 	if err := gridScenario(s, []string{"wait-and-widen-affinity"}, []string{"cache_affinity_backend_selection_count=1,2", "session_affinity_ttl_ms=0,300000"}); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	names := make([]string, 0, len(s.Algorithms))
 	for _, a := range s.Algorithms {
 		names = append(names, a.Name)
 	}

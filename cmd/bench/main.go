@@ -179,19 +179,16 @@ func gridScenario(s *scenario.Scenario, algs, grid []string) error {
 // printBestRun prints the grid point bench simulate would call best: fewest failures,
 // then lowest mean TTFT.
 func printBestRun(w io.Writer, runs []report.Run) {
-	best := -1
+	var best *score.Summary
 	for i := range runs {
-		r, b := &runs[i].Summary, (*score.Summary)(nil)
-		if best >= 0 {
-			b = &runs[best].Summary
-		}
-		if b == nil || r.Requests-r.Successes < b.Requests-b.Successes ||
-			(r.Requests-r.Successes == b.Requests-b.Successes && r.TTFT.Avg < b.TTFT.Avg) {
-			best = i
+		r := &runs[i].Summary
+		if best == nil || r.Requests-r.Successes < best.Requests-best.Successes ||
+			(r.Requests-r.Successes == best.Requests-best.Successes && r.TTFT.Avg < best.TTFT.Avg) {
+			best = r
 		}
 	}
-	if best >= 0 {
-		_, _ = fmt.Fprintf(w, "\nbest (fewest failures, then lowest mean TTFT): %s\n", runs[best].Summary.Algorithm)
+	if best != nil {
+		_, _ = fmt.Fprintf(w, "\nbest (fewest failures, then lowest mean TTFT): %s\n", best.Algorithm)
 	}
 }
 
