@@ -164,10 +164,20 @@ var expressionRefusals = map[lbconfig.ExpressionClass]expressionRefusal{
 	lbconfig.ExprInertCombination: {status: 400, kind: "invalid_request_error", code: "inert_combination"},
 }
 
+// The table answers every class of refused expressions: a class added without a row
+// stops every binary that links the gateway at start-up, before it serves anything.
+func init() {
+	for _, c := range lbconfig.ExpressionClasses() {
+		if _, ok := expressionRefusals[c]; !ok {
+			panic("gateway: routing-expression class " + string(c) + " has no row in expressionRefusals")
+		}
+	}
+}
+
 // routingMethodError is the answer to a refused x-routing-method: a refused routing
 // expression by its class's row of expressionRefusals, any other refusal (a plain method
-// name that is unknown or not allowed) as ErrBadRequest. A class without a row (none: the
-// table test sees to it) is answered as ErrBadRequest too.
+// name that is unknown or not allowed) as ErrBadRequest. A class without a row (none: init
+// and the table test see to it) is answered as ErrBadRequest too.
 func routingMethodError(err error) error {
 	var xe *lbconfig.ExpressionError
 	if errors.As(err, &xe) {
