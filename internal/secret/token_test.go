@@ -336,6 +336,16 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("Check with a literal token: %v allocations per call, want 0", n)
 	}
+	file := filepath.Join(t.TempDir(), "token")
+	replace(t, file, "s3cret\n")
+	fromFile := newToken(t, "", file, nil)
+	if n := testing.AllocsPerRun(100, func() {
+		if !fromFile.Check(header) {
+			t.Fatal("rejected")
+		}
+	}); n != 0 {
+		t.Errorf("Check with a file token: %v allocations per call, want 0", n)
+	}
 }
 
 // TestConcurrentUse checks and reads the token from several goroutines while the file is
