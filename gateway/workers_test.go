@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/internal/filestamp"
 	"github.com/switchyard/switchyard/internal/wire"
 )
 
@@ -47,6 +49,7 @@ func TestWorkerCredentialsFile(t *testing.T) {
 		if err := os.Rename(tmp, path); err != nil { // a new inode: seen as changed
 			t.Fatal(err)
 		}
+		time.Sleep(filestamp.DefaultInterval) // the file is looked at once per interval (virtual time here)
 		if s := reg("p1", "tok-1"); s != 401 {
 			t.Errorf("p1 with its rotated-away token: %d, want 401", s)
 		}

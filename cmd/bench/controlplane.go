@@ -57,8 +57,10 @@ func (c *controlPlaneCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	where := "logs in " + logs
 	if c.Logs == "" {
 		defer os.RemoveAll(logs)
+		where = "rerun with --logs DIR to keep the gateways' logs"
 	}
 	tokenFile := filepath.Join(logs, "control-token")
 	if err := os.WriteFile(tokenFile, []byte(controlPlaneToken), 0o600); err != nil {
@@ -93,7 +95,7 @@ func (c *controlPlaneCmd) Run() error {
 			status, _, err := fasthttp.GetTimeout(nil, "http://"+public+"/healthz", time.Second)
 			return err == nil && status != 0
 		}); err != nil {
-			return fmt.Errorf("gateway %s did not answer: %w (logs in %s)", public, err, logs)
+			return fmt.Errorf("gateway %s did not answer: %w (%s)", public, err, where)
 		}
 	}
 	// The pylons' URLs: a loopback port nothing listens on (probes, if any, fail fast).
@@ -160,7 +162,7 @@ func (c *controlPlaneCmd) Run() error {
 				break
 			}
 		}
-		return fmt.Errorf("%d registrations failed, the first: %s (logs in %s)", failures, msg, logs)
+		return fmt.Errorf("%d registrations failed, the first: %s (%s)", failures, msg, where)
 	}
 	return nil
 }

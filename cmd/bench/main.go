@@ -38,7 +38,7 @@ type cli struct {
 	Drive        driveCmd         `cmd:"" help:"Drive an existing OpenAI-compatible endpoint with a scenario's requests."`
 	ListScenario listScenariosCmd `cmd:"" name:"list-scenarios" help:"List the bundled scenarios."`
 	Overhead     overheadCmd      `cmd:"" help:"Measure the latency the pylon and the gateway add, next to a bare fasthttp proxy, each in its own process."`
-	Throughput   throughputCmd    `cmd:"" help:"Compare the gateway's throughput with nginx round-robin over the same two pylons (needs nginx)."`
+	Throughput   throughputCmd    `cmd:"" help:"Compare the gateway's throughput with nginx and HAProxy round-robin over the same two pylons (needs nginx; HAProxy is skipped when absent)."`
 	BareProxy    bareProxyCmd     `cmd:"" name:"bare-proxy" hidden:"" help:"Run a bare fasthttp reverse proxy (the overhead command's baseline)."`
 	Chaos        chaosCmd         `cmd:"" help:"Fault suite on a local 2-backend fleet (kills, freezes, slowloris, oversized bodies, junk registrations, broken streams) checked against budgets."`
 	Soak         soakCmd          `cmd:"" help:"Mixed load for --duration (10m) with a fault every 30 s; checks outcome accounting, gateway heap growth and goroutines."`

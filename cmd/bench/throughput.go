@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,13 +15,14 @@ import (
 	"github.com/switchyard/switchyard/bench/overhead"
 )
 
-// throughputCmd compares the gateway's throughput with nginx round-robin over the same two
-// pylons (budget: at least 1.0× nginx for small non-streaming requests).
+// throughputCmd compares the gateway's throughput with nginx and HAProxy round-robin over
+// the same two pylons (budget: at least 1.0× nginx for small non-streaming requests).
 type throughputCmd struct {
-	Nginx       string        `default:"nginx" help:"nginx binary (apt-get install nginx-light)."`
+	Nginx       string        `default:"nginx" help:"nginx binary (apt-get install nginx-light); required."`
+	HAProxy     string        `name:"haproxy" default:"haproxy" help:"HAProxy binary (apt-get install haproxy); when it is not found the HAProxy column is skipped with a message."`
 	Concurrency int           `default:"32" help:"Concurrent keep-alive client connections."`
 	Duration    time.Duration `default:"10s" help:"Length of each measurement."`
-	Rounds      int           `default:"2" help:"Measurements per router, alternating gateway and nginx."`
+	Rounds      int           `default:"2" help:"Measurements per router, taking turns: gateway, nginx, HAProxy."`
 	BinDir      string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 }
 
@@ -59,6 +61,34 @@ http {
 }
 `
 
+// haproxyConf is HAProxy's configuration for the comparison, the counterpart of nginxConf:
+// round-robin over the two pylons, keep-alive on both sides, idle server connections
+// shared between client connections (http-reuse always, as nginx's keepalive pool does),
+// no logging. Arguments: the two pylons and the listen address.
+const haproxyConf = `global
+  maxconn 8192
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout http-keep-alive 60s
+  option http-keep-alive
+  http-reuse always
+frontend clients
+  bind %[3]s
+  default_backend pylons
+backend pylons
+  balance roundrobin
+  server p0 %[1]s
+  server p1 %[2]s
+`
+
+// haproxyConfig renders haproxyConf.
+func haproxyConfig(pylon0, pylon1, listen string) []byte {
+	return fmt.Appendf(nil, haproxyConf, pylon0, pylon1, listen)
+}
+
 func (c *throughputCmd) Run() error {
 	ctx, stop := signalContext()
 	defer stop()
@@ -70,17 +100,22 @@ func (c *throughputCmd) Run() error {
 	if err != nil {
 		return fmt.Errorf("nginx not found (%w): apt-get install nginx-light, or --nginx PATH", err)
 	}
+	haproxy, err := exec.LookPath(c.HAProxy)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "HAProxy skipped: %s not found (%v); apt-get install haproxy, or --haproxy PATH\n", c.HAProxy, err)
+		haproxy = ""
+	}
 	dir, err := os.MkdirTemp("", "switchyard-throughput-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := fleet.FreePorts(ctx, 9)
+	ports, err := fleet.FreePorts(ctx, 10)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	engines, pylons, gateway, proxy := []string{addr(0), addr(1)}, []string{addr(2), addr(3)}, addr(4), addr(5)
+	engines, pylons, gateway, proxy, haproxyAddr := []string{addr(0), addr(1)}, []string{addr(2), addr(3)}, addr(4), addr(5), addr(9)
 	gatewayAdmin, pylonAdmins := addr(6), []string{addr(7), addr(8)}
 	specs := []fleet.Spec{{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}}}
 	for i := range engines {
@@ -97,6 +132,16 @@ func (c *throughputCmd) Run() error {
 		return err
 	}
 	specs = append(specs, fleet.Spec{Name: "nginx", Path: nginx, Args: []string{"-c", conf, "-p", dir}})
+	routers := []router{{"gateway (power-of-n)", gateway, nil}, {"nginx round-robin", proxy, nil}}
+	if haproxy != "" {
+		hconf := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(hconf, haproxyConfig(pylons[0], pylons[1], haproxyAddr), 0o600); err != nil {
+			return err
+		}
+		// -db: stay in the foreground, so that the group's SIGTERM stops it.
+		specs = append(specs, fleet.Spec{Name: "haproxy", Path: haproxy, Args: []string{"-db", "-f", hconf}})
+		routers = append(routers, router{"HAProxy round-robin", haproxyAddr, nil})
+	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
 	if _, err := startChildren(group, specs, dir); err != nil {
@@ -106,33 +151,49 @@ func (c *throughputCmd) Run() error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "%d connections, %v per measurement, %d rounds…\n", c.Concurrency, c.Duration, c.Rounds)
-	var gw, ng []float64
 	for range c.Rounds {
-		for _, t := range []struct {
-			addr string
-			out  *[]float64
-		}{{gateway, &gw}, {proxy, &ng}} {
-			rps, err := overhead.Throughput(ctx, t.addr, overheadModel, c.Concurrency, c.Duration)
+		for i := range routers {
+			rps, err := overhead.Throughput(ctx, routers[i].addr, overheadModel, c.Concurrency, c.Duration)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", routers[i].name, err)
 			}
-			*t.out = append(*t.out, rps)
+			routers[i].rps = append(routers[i].rps, rps)
 		}
 	}
-	f := func(v []float64) string {
-		s := make([]string, len(v))
-		for i, x := range v {
-			s[i] = strconv.FormatFloat(x, 'f', 0, 64)
-		}
-		return strings.Join(s, ", ")
-	}
-	mean := func(v []float64) float64 {
-		t := 0.0
-		for _, x := range v {
-			t += x
-		}
-		return t / float64(len(v))
-	}
-	fmt.Printf("gateway (power-of-n) req/s: %s\nnginx round-robin req/s:   %s\ngateway / nginx: %.2f× (budget ≥ 1.0×)\n", f(gw), f(ng), mean(gw)/mean(ng))
+	printThroughput(os.Stdout, routers)
 	return nil
+}
+
+// router is one column of the comparison: where it listens and its measurements.
+type router struct {
+	name string
+	addr string
+	rps  []float64
+}
+
+func (r *router) mean() float64 {
+	t := 0.0
+	for _, x := range r.rps {
+		t += x
+	}
+	return t / float64(len(r.rps))
+}
+
+// printThroughput prints each router's measurements and the gateway's (the first router's)
+// ratio to each of the others; the budget is the ratio to nginx.
+func printThroughput(w io.Writer, routers []router) {
+	for i := range routers {
+		s := make([]string, len(routers[i].rps))
+		for j, x := range routers[i].rps {
+			s[j] = strconv.FormatFloat(x, 'f', 0, 64)
+		}
+		fmt.Fprintf(w, "%-22s req/s: %s (mean %.0f)\n", routers[i].name, strings.Join(s, ", "), routers[i].mean())
+	}
+	for i := 1; i < len(routers); i++ {
+		budget := ""
+		if i == 1 {
+			budget = " (budget ≥ 1.0×)"
+		}
+		fmt.Fprintf(w, "gateway / %s: %.2f×%s\n", strings.Fields(routers[i].name)[0], routers[0].mean()/routers[i].mean(), budget)
+	}
 }

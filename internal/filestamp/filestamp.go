@@ -1,6 +1,6 @@
-// Package filestamp tells whether a file on disk changed, cheaply enough to check on every
-// use: one os.Stat, compared by modification time, size and inode. Watched builds on it to
-// keep a value loaded from files and load it again when they change.
+// Package filestamp tells whether a file on disk changed: one os.Stat, compared by
+// modification time, size and inode. Watched builds on it to keep a value loaded from files
+// and load it again when they change, looking at the files at most once per interval.
 package filestamp
 
 import "os"

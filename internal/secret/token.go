@@ -30,9 +30,10 @@ var (
 // authentication schemes are.
 var bearer = []byte("Bearer ")
 
-// Token is a bearer token given literally or read from a file. The file is checked on
-// every use (one os.Stat: modification time, size and inode) and read again when it
-// changed. os.Stat follows symbolic links, so the way Kubernetes updates a Secret volume,
+// Token is a bearer token given literally or read from a file. The file is checked at
+// most once a second (filestamp.DefaultInterval; one os.Stat: modification time, size and
+// inode), on use, and read again when it changed: a rotated token takes effect within a
+// second. os.Stat follows symbolic links, so the way Kubernetes updates a Secret volume,
 // by pointing a symlink at a new directory, shows up as a new inode even when time and
 // size are the same. A Token is safe for concurrent use. A nil *Token is not configured.
 type Token struct {
@@ -73,7 +74,8 @@ func NewToken(literal, file string, log *slog.Logger) (*Token, error) {
 				return nil, err
 			}
 			return newVersion(value), nil
-		}, filestamp.Hooks[*version]{
+		}, filestamp.Options[*version]{
+			Interval: filestamp.DefaultInterval,
 			Failed: func(err error) {
 				log.Warn("control_token_reload_failed", "file", file, "err", err,
 					"detail", "the file changed but holds no usable token; still using the previous token")
@@ -112,7 +114,7 @@ func (t *Token) Value() string {
 // current token: "Bearer <token>" (the scheme in any case). It is true when no token is
 // configured. The token is compared in constant time, so the time taken does not reveal
 // how much of a guess was right (only whether its length was). A literal token costs no
-// allocation; a file token costs one os.Stat.
+// allocation; nor does a file token, which costs one os.Stat at most once a second.
 func (t *Token) Check(authorization []byte) bool {
 	v := t.current()
 	if v == nil {

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/switchyard/switchyard/internal/filestamp"
 	"github.com/switchyard/switchyard/internal/secret"
 )
 
@@ -46,6 +48,10 @@ func bumpMtime(t *testing.T, old, target string) {
 		t.Fatal(err)
 	}
 }
+
+// settle lets the file check interval pass, so that the next use looks at the file. The
+// tests that call it run in a synctest bubble: the time is virtual and nobody waits.
+func settle() { time.Sleep(filestamp.DefaultInterval) }
 
 func newToken(t *testing.T, literal, file string, log *slog.Logger) *secret.Token {
 	t.Helper()
@@ -146,126 +152,140 @@ func TestFile(t *testing.T) {
 }
 
 func TestFileRotated(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "token")
-	replace(t, file, "old-token\n")
-	tok := newToken(t, "", file, nil)
-	if !check(tok, "Bearer old-token") {
-		t.Fatal("initial token rejected")
-	}
-	replace(t, file, "new-token\n") // same size: the rename (new inode) and later mtime show it
-	if !check(tok, "Bearer new-token") {
-		t.Error("rotated token rejected")
-	}
-	if check(tok, "Bearer old-token") {
-		t.Error("old token still accepted after rotation")
-	}
-	if tok.Value() != "new-token" {
-		t.Errorf("Value = %q, want new-token", tok.Value())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		replace(t, file, "old-token\n")
+		tok := newToken(t, "", file, nil)
+		if !check(tok, "Bearer old-token") {
+			t.Fatal("initial token rejected")
+		}
+		replace(t, file, "new-token\n") // same size: the rename (new inode) and later mtime show it
+		settle()
+		if !check(tok, "Bearer new-token") {
+			t.Error("rotated token rejected")
+		}
+		if check(tok, "Bearer old-token") {
+			t.Error("old token still accepted after rotation")
+		}
+		if tok.Value() != "new-token" {
+			t.Errorf("Value = %q, want new-token", tok.Value())
+		}
+	})
 }
 
 func TestFileRewrittenInPlace(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "token")
-	replace(t, file, "aaaa")
-	tok := newToken(t, "", file, nil)
-	before, err := os.Stat(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Same inode, same size: only the modification time tells.
-	if err := os.WriteFile(file, []byte("bbbb"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	later := before.ModTime().Add(time.Second)
-	if err := os.Chtimes(file, later, later); err != nil {
-		t.Fatal(err)
-	}
-	if tok.Value() != "bbbb" {
-		t.Errorf("Value = %q after an in-place rewrite, want bbbb", tok.Value())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		replace(t, file, "aaaa")
+		tok := newToken(t, "", file, nil)
+		before, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Same inode, same size: only the modification time tells.
+		if err := os.WriteFile(file, []byte("bbbb"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		later := before.ModTime().Add(time.Second)
+		if err := os.Chtimes(file, later, later); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if tok.Value() != "bbbb" {
+			t.Errorf("Value = %q after an in-place rewrite, want bbbb", tok.Value())
+		}
+	})
 }
 
 // TestKubernetesSymlinkSwap mimics a Secret volume: token -> ..data/token, ..data -> a
 // timestamped directory that is replaced by re-pointing ..data. The new file has the same
 // size and modification time as the old one, so only the inode reveals the change.
 func TestKubernetesSymlinkSwap(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("inode comparison is for Unix")
-	}
-	dir := t.TempDir()
-	stamp := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	version := func(name, value string) {
-		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		if runtime.GOOS == "windows" {
+			t.Skip("inode comparison is for Unix")
+		}
+		dir := t.TempDir()
+		stamp := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		version := func(name, value string) {
+			if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			f := filepath.Join(dir, name, "token")
+			if err := os.WriteFile(f, []byte(value), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(f, stamp, stamp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		point := func(name string) { // atomically re-point ..data, as the kubelet does
+			tmp := filepath.Join(dir, "..data_tmp")
+			if err := os.Symlink(name, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		version("..2026_01_02_v1", "token-one")
+		point("..2026_01_02_v1")
+		file := filepath.Join(dir, "token")
+		if err := os.Symlink(filepath.Join("..data", "token"), file); err != nil {
 			t.Fatal(err)
 		}
-		f := filepath.Join(dir, name, "token")
-		if err := os.WriteFile(f, []byte(value), 0o600); err != nil {
-			t.Fatal(err)
+		tok := newToken(t, "", file, nil)
+		if tok.Value() != "token-one" {
+			t.Fatalf("Value = %q, want token-one", tok.Value())
 		}
-		if err := os.Chtimes(f, stamp, stamp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	point := func(name string) { // atomically re-point ..data, as the kubelet does
-		tmp := filepath.Join(dir, "..data_tmp")
-		if err := os.Symlink(name, tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	version("..2026_01_02_v1", "token-one")
-	point("..2026_01_02_v1")
-	file := filepath.Join(dir, "token")
-	if err := os.Symlink(filepath.Join("..data", "token"), file); err != nil {
-		t.Fatal(err)
-	}
-	tok := newToken(t, "", file, nil)
-	if tok.Value() != "token-one" {
-		t.Fatalf("Value = %q, want token-one", tok.Value())
-	}
 
-	version("..2026_01_02_v2", "token-two")
-	point("..2026_01_02_v2")
-	if err := os.RemoveAll(filepath.Join(dir, "..2026_01_02_v1")); err != nil {
-		t.Fatal(err)
-	}
-	if !check(tok, "Bearer token-two") || check(tok, "Bearer token-one") {
-		t.Errorf("after the swap: Value %q; want token-two accepted and token-one rejected", tok.Value())
-	}
+		version("..2026_01_02_v2", "token-two")
+		point("..2026_01_02_v2")
+		if err := os.RemoveAll(filepath.Join(dir, "..2026_01_02_v1")); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if !check(tok, "Bearer token-two") || check(tok, "Bearer token-one") {
+			t.Errorf("after the swap: Value %q; want token-two accepted and token-one rejected", tok.Value())
+		}
+	})
 }
 
 func TestFileEmptiedKeepsLastToken(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "token")
-	replace(t, file, "keep-me\n")
-	log := &warnings{}
-	tok := newToken(t, "", file, slog.New(log))
+	synctest.Test(t, func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		replace(t, file, "keep-me\n")
+		log := &warnings{}
+		tok := newToken(t, "", file, slog.New(log))
 
-	replace(t, file, "\n")
-	for range 3 {
-		if !check(tok, "Bearer keep-me") {
-			t.Fatal("token lost after the file was emptied")
+		replace(t, file, "\n")
+		for range 3 {
+			settle()
+			if !check(tok, "Bearer keep-me") {
+				t.Fatal("token lost after the file was emptied")
+			}
 		}
-	}
-	if n := log.count(); n != 1 {
-		t.Errorf("%d warnings after one bad change and three checks, want 1", n)
-	}
+		if n := log.count(); n != 1 {
+			t.Errorf("%d warnings after one bad change and three checks, want 1", n)
+		}
 
-	if err := os.Remove(file); err != nil {
-		t.Fatal(err)
-	}
-	if !check(tok, "Bearer keep-me") {
-		t.Fatal("token lost after the file was removed")
-	}
-	if n := log.count(); n != 2 {
-		t.Errorf("%d warnings after a second bad change, want 2", n)
-	}
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if !check(tok, "Bearer keep-me") {
+			t.Fatal("token lost after the file was removed")
+		}
+		if n := log.count(); n != 2 {
+			t.Errorf("%d warnings after a second bad change, want 2", n)
+		}
 
-	replace(t, file, "back-again\n")
-	if !check(tok, "Bearer back-again") || check(tok, "Bearer keep-me") {
-		t.Errorf("after the file came back: Value %q, want back-again only", tok.Value())
-	}
+		replace(t, file, "back-again\n")
+		settle()
+		if !check(tok, "Bearer back-again") || check(tok, "Bearer keep-me") {
+			t.Errorf("after the file came back: Value %q, want back-again only", tok.Value())
+		}
+	})
 }
 
 func TestErrors(t *testing.T) {
@@ -316,58 +336,63 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("Check with a literal token: %v allocations per call, want 0", n)
 	}
+	file := filepath.Join(t.TempDir(), "token")
+	replace(t, file, "s3cret\n")
+	fromFile := newToken(t, "", file, nil)
+	if n := testing.AllocsPerRun(100, func() {
+		if !fromFile.Check(header) {
+			t.Fatal("rejected")
+		}
+	}); n != 0 {
+		t.Errorf("Check with a file token: %v allocations per call, want 0", n)
+	}
 }
 
 // TestConcurrentUse checks and reads the token from several goroutines while the file is
 // rotated, for the race detector: every observed value must be one that was written, and
-// the last one must win.
+// the last one must win. Each round rotates the file, lets the check interval pass
+// (virtual time) and has four goroutines use the token at once, the first use of the
+// round reloading it while the others read.
 func TestConcurrentUse(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "token")
-	replace(t, file, "token-0")
-	log := &warnings{}
-	tok := newToken(t, "", file, slog.New(log))
-	const rotations = 20
-	written := map[string]bool{"token-0": true}
-	for i := 1; i <= rotations; i++ {
-		written["token-"+string(rune('a'+i))] = true
-	}
-
-	seen := make(chan string, 4096)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for stop := false; !stop; {
-				select {
-				case <-done:
-					stop = true
-				default:
-				}
-				v := tok.Value()
-				_ = tok.Check([]byte("Bearer " + v))
-				select {
-				case seen <- v:
-				default:
-				}
-			}
-		})
-	}
-	for i := 1; i <= rotations; i++ {
-		replace(t, file, "token-"+string(rune('a'+i)))
-	}
-	close(done)
-	wg.Wait()
-	close(seen)
-	for v := range seen {
-		if !written[v] {
-			t.Errorf("observed token %q that was never written", v)
+	synctest.Test(t, func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		replace(t, file, "token-0")
+		log := &warnings{}
+		tok := newToken(t, "", file, slog.New(log))
+		const rotations = 20
+		written := map[string]bool{"token-0": true}
+		for i := 1; i <= rotations; i++ {
+			written["token-"+string(rune('a'+i))] = true
 		}
-	}
-	last := "token-" + string(rune('a'+rotations))
-	if !check(tok, "Bearer "+last) {
-		t.Errorf("after the rotations: Value %q, want %q", tok.Value(), last)
-	}
-	if n := log.count(); n != 0 {
-		t.Errorf("%d warnings for atomic rotations, want 0", n)
-	}
+
+		seen := make(chan string, 4*100*rotations)
+		for i := 1; i <= rotations; i++ {
+			replace(t, file, "token-"+string(rune('a'+i)))
+			settle()
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for range 100 {
+						v := tok.Value()
+						_ = tok.Check([]byte("Bearer " + v))
+						seen <- v
+					}
+				})
+			}
+			wg.Wait()
+		}
+		close(seen)
+		for v := range seen {
+			if !written[v] {
+				t.Errorf("observed token %q that was never written", v)
+			}
+		}
+		last := "token-" + string(rune('a'+rotations))
+		if !check(tok, "Bearer "+last) {
+			t.Errorf("after the rotations: Value %q, want %q", tok.Value(), last)
+		}
+		if n := log.count(); n != 0 {
+			t.Errorf("%d warnings for atomic rotations, want 0", n)
+		}
+	})
 }

@@ -24,8 +24,9 @@ const AnyWorker = "*"
 // touches one pylon. The file holds one credential per line, "<inference-server-id>
 // <token>", where the id "*" admits any pylon; blank lines and lines starting with '#' are
 // ignored, and an id may have several tokens (to rotate one without a gap). The file is
-// checked on every use (one os.Stat) and read again when it changed; a file that has
-// become unreadable or invalid keeps the last good credentials (logged as a warning).
+// checked at most once a second, on use (one os.Stat), and read again when it changed: a
+// rotated credential takes effect within a second. A file that has become unreadable or
+// invalid keeps the last good credentials (logged as a warning).
 // Workers is safe for concurrent use; a nil *Workers is not configured.
 type Workers struct {
 	file *filestamp.Watched[*workerSet]
@@ -46,7 +47,8 @@ func NewWorkers(file string, log *slog.Logger) (*Workers, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w, err := filestamp.Watch(file, "", func() (*workerSet, error) { return readWorkers(file) }, filestamp.Hooks[*workerSet]{
+	w, err := filestamp.Watch(file, "", func() (*workerSet, error) { return readWorkers(file) }, filestamp.Options[*workerSet]{
+		Interval: filestamp.DefaultInterval,
 		Failed: func(err error) {
 			log.Warn("worker_credentials_reload_failed", "file", file, "err", err,
 				"detail", "the file changed but is not usable; still using the previous credentials")

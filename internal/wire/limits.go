@@ -110,7 +110,7 @@ func (l Limits) ParseRegistration(pathID string, body []byte) (Registration, err
 		return Registration{}, fmt.Errorf("%w: the body is %d bytes, over the limit of %d", ErrBadRegistration, len(body), l.MaxBodyBytes)
 	}
 	var r Registration
-	if err := decodeStrict(body, &r); err != nil {
+	if err := decodeRegistration(body, &r); err != nil {
 		return Registration{}, fmt.Errorf("%w: %w", ErrBadRegistration, clipError(err))
 	}
 	if err := l.validate(pathID, &r); err != nil {
