@@ -210,3 +210,33 @@ func TestSessionWaitsForItsCacheInsideTheGroup(t *testing.T) {
 	}
 	expect(t, "0.25 s in", b.Decide(fullB, req(at.Add(2*time.Second), 2_200_000), 250*time.Millisecond), lb.Selected(0, 1))
 }
+
+// A session back from an overflow outside its group returns to the group member that holds
+// the most of it (priced at what it lacks there), not to whichever member looks fastest
+// at the flat cache_affinity_input_tokens_scale.
+func TestSessionBackFromOverflowReturnsToItsPrefix(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	e := waw(func(e *lbconfig.Entry) {
+		e.SelectionCount, e.AffinityWait, e.SessionTTL, e.SessionTableSize = 2, 0, time.Minute, 16
+		e.AffinityInputScale = 0.1
+	})
+	free := snap(idle("a", 12), idle("b", 1), idle("c", 1))
+	key := keyWithGroup(t, e, free, 1, 0)
+	req := func(sec int, tokens uint64) *lb.Request {
+		return &lb.Request{AffinityKey: key, InputTokens: tokens, At: at.Add(time.Duration(sec) * time.Second)}
+	}
+	b := newBalancer(t, e, seeded())
+	first := b.Decide(snap(idle("a", 12), full(idle("b", 1)), idle("c", 1)), req(0, 1_800_000), 0)
+	expect(t, "first turn, b full", first, lb.Selected(0, 1))
+	overflow := b.Decide(snap(full(idle("a", 12)), full(idle("b", 1)), idle("c", 1)), req(1, 1_900_000), 5*time.Second)
+	if overflow.Kind != lb.KindSelected || overflow.Index != 2 {
+		t.Fatalf("second turn, group full: %v, want c", overflow)
+	}
+	// a holds the first 1.8M of 2M tokens (200 ms to prefill, plus its 12 ms RTT); b would
+	// prefill all 2M (2 s) for its 1 ms RTT.
+	back := b.Decide(free, req(2, 2_000_000), 0)
+	if back.Kind != lb.KindSelected || back.Index != 0 || back.TTFT.Duration() != 212*time.Millisecond {
+		t.Errorf("third turn, group free: %v, want a at 212 ms", back)
+	}
+}

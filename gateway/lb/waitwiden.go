@@ -183,7 +183,7 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 	var keyHash uint64
 	if remember {
 		keyHash = xxh3.HashString(r.AffinityKey)
-		if last, known = b.returning(s, r, group); last < 0 {
+		if last, known = b.returning(s, r, group); !known {
 			group = b.placeNew(s, r, group)
 		}
 	}
@@ -200,7 +200,14 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 		held := b.heldScales(s, r, group, last, keyHash)
 		affine = pricing{scale: 1, only: -1, held: held, patient: true}
 		global = affine
-	case remember && !known:
+	case known:
+		// Back from an overflow outside its group (or its last cluster excluded): the group
+		// members are priced at what they lack of the session, so it returns to the one
+		// holding the most of it.
+		held := b.heldScales(s, r, group, -1, keyHash)
+		affine = pricing{scale: 1, only: -1, held: held, patient: true}
+		global = affine
+	case remember:
 		affine = fullPrice // a new session: no cluster holds any of it
 	}
 	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, affine, global, last)
@@ -213,7 +220,8 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 }
 
 // heldScales prices a returning session on the clusters that hold part of it: its last
-// cluster (index last) and the members of its group the KV accounting remembers it on,
+// cluster (index last, when it is a group member: ≥ 0) and the members of its group the
+// KV accounting remembers it on,
 // each at the share of r's input beyond the session's tokens there (for the last cluster
 // the new suffix, all the engine has to prefill when it kept the prefix). When the
 // accounting no longer holds the session on its last cluster (its tokens would not fit the
@@ -228,10 +236,12 @@ func (b *waitAndWiden) heldScales(s *Snapshot, r *Request, group []int32, last i
 		}
 		return float64(r.InputTokens-min(prev, r.InputTokens)) / float64(r.InputTokens), true
 	}
-	if sc, ok := share(last); ok {
-		held = append(held, heldScale{idx: last, scale: sc})
-	} else {
-		held = append(held, heldScale{idx: last, scale: b.cfg.scale})
+	if last >= 0 {
+		if sc, ok := share(last); ok {
+			held = append(held, heldScale{idx: last, scale: sc})
+		} else {
+			held = append(held, heldScale{idx: last, scale: b.cfg.scale})
+		}
 	}
 	for _, i := range group {
 		if i == last {
