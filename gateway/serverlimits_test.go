@@ -40,6 +40,7 @@ func TestServerLimitsOnBothListeners(t *testing.T) {
 				limitstest.HeaderStall(t, dial, httpserver.DefaultReadHeaderTimeout)
 				limitstest.BodyStall(t, dial, l.post, httpserver.DefaultBodyReadTimeout)
 				limitstest.Idle(t, dial, limitstest.Get(l.ping), 200, httpserver.DefaultIdleTimeout)
+				synctest.Wait() // earlier tests' connections are closed: they do not count against the cap
 				limitstest.ConnCap(t, dial, limitstest.Get(l.ping), 200, 3)
 				synctest.Wait() // the server has seen the cap test's connections close
 				limitstest.ChunkedOverLimit(t, dial, l.post, limit, 16<<20, 256<<10)

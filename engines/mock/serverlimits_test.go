@@ -24,6 +24,7 @@ func TestServerLimits(t *testing.T) {
 		limitstest.HeaderStall(t, dial, httpserver.DefaultReadHeaderTimeout)
 		limitstest.BodyStall(t, dial, "/v1/chat/completions", httpserver.DefaultBodyReadTimeout)
 		limitstest.Idle(t, dial, limitstest.Get("/health"), 200, httpserver.DefaultIdleTimeout)
+		synctest.Wait() // earlier tests' connections are closed: they do not count against the cap
 		limitstest.ConnCap(t, dial, limitstest.Get("/health"), 200, 3)
 		synctest.Wait()         // the server has seen the cap test's connections close
 		hardCap := 4096 + 1<<20 // the handler answers 413 itself below it
