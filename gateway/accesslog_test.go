@@ -17,9 +17,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/gateway"
 	"github.com/switchyard/switchyard/internal/logx"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 	"github.com/switchyard/switchyard/internal/wire"
 )
 

@@ -4,8 +4,8 @@ import (
 	"net"
 	"testing"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/relay"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // Client connections are accepted with raw socket I/O (docs/gateway.md, "Raw socket I/O"): losing

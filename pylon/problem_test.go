@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/relay"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 	"github.com/switchyard/switchyard/internal/wire"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/bench/chaos"
 	"github.com/switchyard/switchyard/bench/fleet"
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 func TestMain(m *testing.M) { mocktest.Main(m) }

@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard/switchyard/bench/report"
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
-	"github.com/switchyard/switchyard/bench/score/scoretest"
+	"github.com/switchyard/switchyard/internal/testkit/scoretest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

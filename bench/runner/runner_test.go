@@ -12,7 +12,7 @@ import (
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/scenarios"
 	"github.com/switchyard/switchyard/bench/score"
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 func TestMain(m *testing.M) { mocktest.Main(m) }

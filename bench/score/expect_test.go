@@ -8,7 +8,7 @@ import (
 
 	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
-	"github.com/switchyard/switchyard/bench/score/scoretest"
+	"github.com/switchyard/switchyard/internal/testkit/scoretest"
 )
 
 func f64(v float64) *float64 { return &v }

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/bench/score"
-	"github.com/switchyard/switchyard/bench/score/scoretest"
+	"github.com/switchyard/switchyard/internal/testkit/scoretest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

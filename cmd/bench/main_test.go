@@ -14,11 +14,11 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/bench/fleet"
-	"github.com/switchyard/switchyard/bench/overhead"
-	"github.com/switchyard/switchyard/bench/overhead/overheadtest"
 	"github.com/switchyard/switchyard/bench/score"
 	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
+	"github.com/switchyard/switchyard/internal/overhead"
+	"github.com/switchyard/switchyard/internal/overhead/overheadtest"
 )
 
 func TestListScenarios(t *testing.T) {

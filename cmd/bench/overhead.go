@@ -18,7 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/bench/fleet"
-	"github.com/switchyard/switchyard/bench/overhead"
+	"github.com/switchyard/switchyard/internal/overhead"
 )
 
 const overheadModel = "dummy-model"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/bench/fleet"
-	"github.com/switchyard/switchyard/bench/overhead"
+	"github.com/switchyard/switchyard/internal/overhead"
 )
 
 // throughputCmd compares the gateway's throughput with nginx and HAProxy round-robin over

@@ -16,8 +16,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 func parseArgs(t *testing.T, args ...string) (*cli, error) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
 	"github.com/switchyard/switchyard/engines/mock"
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 func TestMain(m *testing.M) { mocktest.Main(m) }

@@ -11,7 +11,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // The arguments deploy/*.yaml gives the gateway parse and validate.

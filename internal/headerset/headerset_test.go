@@ -7,8 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/headerset"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // Lookup matches names ASCII case-insensitively, by exact length, and returns the index

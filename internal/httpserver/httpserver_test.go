@@ -17,9 +17,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/httpserver/limitstest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 func TestMain(m *testing.M) { mocktest.Main(m) }

@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // Upstream connections (the gateway's pool to pylons, the pylon's to its engine) are

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/relay"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // readAll reads r to its end with a small buffer (several reads per event).

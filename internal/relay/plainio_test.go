@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // With PlainIO (--raw-socket-io=false) the upstream connections keep the dialled

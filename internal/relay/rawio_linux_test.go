@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
 	"github.com/switchyard/switchyard/internal/relay"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // rawPair returns a connected loopback pair, both with raw reads and writes: the server

@@ -3,7 +3,7 @@ package mocktest_test
 import (
 	"testing"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 // FreeAddr never hands out the same address twice in one process, even when the kernel

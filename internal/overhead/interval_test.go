@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/bench/overhead"
-	"github.com/switchyard/switchyard/bench/overhead/overheadtest"
+	"github.com/switchyard/switchyard/internal/overhead"
+	"github.com/switchyard/switchyard/internal/overhead/overheadtest"
 )
 
 // synthetic returns n rounds of Synthetic seeded with seed. added[p] is path p's mean

@@ -8,7 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/engines/mock/mocktest"
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
 func TestMain(m *testing.M) { mocktest.Main(m) }

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/switchyard/switchyard/bench/overhead"
+	"github.com/switchyard/switchyard/internal/overhead"
 )
 
 // Synthetic returns n rounds drawn from rng: every path's latency is one baseline draw per
