@@ -8,44 +8,36 @@ import (
 	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
-// Client connections are accepted with raw socket I/O (docs/gateway.md, "Raw socket I/O"): losing
-// the wrapper would silently bring back a sysmon wake-up on every read and write.
-func TestClientConnectionsUseRawIO(t *testing.T) {
-	ln, _ := mocktest.Loopback(t)
-	c, err := clientListener{Listener: ln, raw: true}.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cc, ok := c.(*clientConn)
-	if !ok {
-		t.Fatalf("accepted %T, want *clientConn", c)
-	}
-	if _, ok := cc.Conn.(*relay.RawConn); !ok {
-		t.Errorf("the client connection wraps %T, want *relay.RawConn", cc.Conn)
-	}
-	if _, err := cc.SyscallConn(); err != nil {
-		t.Errorf("SyscallConn (clientGone peeks through it): %v", err)
-	}
-}
-
-// With --raw-socket-io=false the accepted connection is the listener's own *net.TCPConn,
-// still reachable for clientGone's peek.
-func TestClientConnectionsPlainIO(t *testing.T) {
-	ln, _ := mocktest.Loopback(t)
-	c, err := clientListener{Listener: ln, raw: false}.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cc, ok := c.(*clientConn)
-	if !ok {
-		t.Fatalf("accepted %T, want *clientConn", c)
-	}
-	if _, ok := cc.Conn.(*net.TCPConn); !ok {
-		t.Errorf("the client connection wraps %T, want *net.TCPConn", cc.Conn)
-	}
-	if _, err := cc.SyscallConn(); err != nil {
-		t.Errorf("SyscallConn (clientGone peeks through it): %v", err)
+// Client connections are accepted with raw socket I/O (docs/gateway.md, "Raw socket I/O"):
+// losing the wrapper would silently bring back a sysmon wake-up on every read and write.
+// With --raw-socket-io=false the accepted connection is the listener's own *net.TCPConn.
+// Either way clientGone must be able to peek through SyscallConn.
+func TestClientConnectionsIO(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  bool
+		want func(net.Conn) bool
+	}{
+		{"raw", true, func(c net.Conn) bool { _, ok := c.(*relay.RawConn); return ok }},
+		{"plain", false, func(c net.Conn) bool { _, ok := c.(*net.TCPConn); return ok }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, _ := mocktest.Loopback(t)
+			c, err := clientListener{Listener: ln, raw: tc.raw}.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cc, ok := c.(*clientConn)
+			if !ok {
+				t.Fatalf("accepted %T, want *clientConn", c)
+			}
+			if !tc.want(cc.Conn) {
+				t.Errorf("the client connection wraps %T", cc.Conn)
+			}
+			if _, err := cc.SyscallConn(); err != nil {
+				t.Errorf("SyscallConn (clientGone peeks through it): %v", err)
+			}
+		})
 	}
 }

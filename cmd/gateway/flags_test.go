@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,15 +30,6 @@ func parse(t *testing.T, args ...string) (*cli, error) {
 	return &c, err
 }
 
-func writeConfig(t *testing.T, name, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // The heartbeat, probe and expiry settings as durations, as the older millisecond flags
 // and from a config file; the command line beats the environment, which beats the file.
 func TestDurationFlagsConfigFileAndPrecedence(t *testing.T) {
@@ -48,7 +38,7 @@ func TestDurationFlagsConfigFileAndPrecedence(t *testing.T) {
 		cfg := c.config()
 		return timing{cfg.HealthProbeInterval, cfg.Heartbeat, cfg.MinExpiry, cfg.DrainTimeout}
 	}
-	file := writeConfig(t, "gateway.yaml", "heartbeat: 2s\nhealth_probe_interval: 500ms\nmin-backend-expiry: 4s\ndrain_timeout: 10s\n")
+	file := cmdlinetest.WriteConfig(t, "gateway.yaml", "heartbeat: 2s\nhealth_probe_interval: 500ms\nmin-backend-expiry: 4s\ndrain_timeout: 10s\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -103,7 +93,7 @@ func TestConfigTypoExitsWithStatus2(t *testing.T) {
 		{"gateway.json", `{"http_listen_addr": "127.0.0.1:0", "hartbeat_ms": 500}`},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		out, err := exec.CommandContext(ctx, bin, "--config", writeConfig(t, tc.name, tc.body)).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, "--config", cmdlinetest.WriteConfig(t, tc.name, tc.body)).CombinedOutput()
 		cancel()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
@@ -171,30 +161,11 @@ func TestDocExample(t *testing.T) {
 
 // --raw-socket-io is on by default and turned off by the flag, the environment or a file.
 func TestRawSocketIOFlag(t *testing.T) {
-	file := writeConfig(t, "gateway.yaml", "raw_socket_io: false\n")
-	for _, tc := range []struct {
-		name  string
-		args  []string
-		env   string
-		plain bool
-	}{
-		{"default", nil, "", false},
-		{"flag", []string{"--no-raw-socket-io"}, "", true},
-		{"env", nil, "false", true},
-		{"file", []string{"--config", file}, "", true},
-		{"flag beats file", []string{"--config", file, "--raw-socket-io"}, "", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.env != "" {
-				t.Setenv("SWITCHYARD_GATEWAY_RAW_SOCKET_IO", tc.env)
-			}
-			c, err := parse(t, tc.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := c.config().NoRawSocketIO; got != tc.plain {
-				t.Errorf("NoRawSocketIO = %v, want %v", got, tc.plain)
-			}
-		})
-	}
+	cmdlinetest.RawSocketIO(t, "SWITCHYARD_GATEWAY_RAW_SOCKET_IO", "gateway.yaml", func(args ...string) (bool, error) {
+		c, err := parse(t, args...)
+		if err != nil {
+			return false, err
+		}
+		return c.config().NoRawSocketIO, nil
+	})
 }

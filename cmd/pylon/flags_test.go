@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,15 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { mocktest.Main(m) }
-
-func writeConfig(t *testing.T, name, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // timing is the part of the configuration the duration flags set.
 type timing struct {
@@ -51,7 +40,7 @@ func TestDurationsFromFileAndMillisecondForms(t *testing.T) {
 		2 * time.Second, 0, 3 * time.Second, 10 * time.Second, 200 * time.Millisecond, 5 * time.Millisecond,
 		time.Minute, 15 * time.Second, 45 * time.Second, 20 * time.Second, 40, 250,
 	}
-	yamlFile := writeConfig(t, "pylon.yaml", `upstream_http_base_url: http://127.0.0.1:8090
+	yamlFile := cmdlinetest.WriteConfig(t, "pylon.yaml", `upstream_http_base_url: http://127.0.0.1:8090
 model_name: [a, b]
 gateway_dns_interval: 2s
 active_canary_interval: 0s
@@ -67,7 +56,7 @@ queue_admission_min_delta: 40ms
 queue_mismatch_retry_after: 250ms
 log_format: json
 `)
-	jsonFile := writeConfig(t, "pylon.json", `{"upstream-http-base-url": "http://127.0.0.1:8090", "model-name": ["a", "b"],
+	jsonFile := cmdlinetest.WriteConfig(t, "pylon.json", `{"upstream-http-base-url": "http://127.0.0.1:8090", "model-name": ["a", "b"],
 "gateway_dns_interval_ms": 2000, "active_canary_interval_ms": 0, "bringup_canary_timeout_ms": 3000,
 "bringup_calibration_timeout_ms": 10000, "min_update_interval_ms": 200, "stats_update_coalesce_ms": 5,
 "model_discovery_poll_interval_ms": 60000, "drain_timeout_ms": 15000, "first_output_timeout_ms": 45000,
@@ -99,7 +88,7 @@ log_format: json
 
 // A config file with a misspelt key stops the pylon at start: exit status 2, the key named.
 func TestConfigTypoExitsWithStatus2(t *testing.T) {
-	cfg := writeConfig(t, "pylon.yaml", "upstream_http_base_url: http://127.0.0.1:1\nmin_update_intervall: 1s\n")
+	cfg := cmdlinetest.WriteConfig(t, "pylon.yaml", "upstream_http_base_url: http://127.0.0.1:1\nmin_update_intervall: 1s\n")
 	bin := mocktest.Binary(t, "../pylon") // built before the deadline starts
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -182,31 +171,11 @@ func TestDocExample(t *testing.T) {
 
 // --raw-socket-io is on by default and turned off by the flag, the environment or a file.
 func TestRawSocketIOFlag(t *testing.T) {
-	base := []string{"--upstream-http-base-url", "http://127.0.0.1:8090"}
-	file := writeConfig(t, "pylon.yaml", "raw_socket_io: false\n")
-	for _, tc := range []struct {
-		name  string
-		args  []string
-		env   string
-		plain bool
-	}{
-		{"default", nil, "", false},
-		{"flag", []string{"--no-raw-socket-io"}, "", true},
-		{"env", nil, "false", true},
-		{"file", []string{"--config", file}, "", true},
-		{"flag beats file", []string{"--config", file, "--raw-socket-io"}, "", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.env != "" {
-				t.Setenv("SWITCHYARD_PYLON_RAW_SOCKET_IO", tc.env)
-			}
-			c, err := parse(t, append(base, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := c.config().NoRawSocketIO; got != tc.plain {
-				t.Errorf("NoRawSocketIO = %v, want %v", got, tc.plain)
-			}
-		})
-	}
+	cmdlinetest.RawSocketIO(t, "SWITCHYARD_PYLON_RAW_SOCKET_IO", "pylon.yaml", func(args ...string) (bool, error) {
+		c, err := parse(t, append([]string{"--upstream-http-base-url", "http://127.0.0.1:8090"}, args...)...)
+		if err != nil {
+			return false, err
+		}
+		return c.config().NoRawSocketIO, nil
+	})
 }

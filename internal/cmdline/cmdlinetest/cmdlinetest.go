@@ -34,3 +34,47 @@ func DocExample(t *testing.T, doc, name string) string {
 	}
 	return path
 }
+
+// WriteConfig writes body to a file called name in a test directory and returns its path.
+func WriteConfig(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil { //nolint:gosec // name is the calling test's constant
+		t.Fatal(err)
+	}
+	return path
+}
+
+// RawSocketIO checks the --[no-]raw-socket-io switch of a binary: on by default, off by
+// the flag, by the environment variable env ("false") and by a config file (fileName,
+// with raw_socket_io: false), and the flag beats the file. plain parses the arguments
+// and reports whether plain fasthttp I/O was chosen.
+func RawSocketIO(t *testing.T, env, fileName string, plain func(args ...string) (bool, error)) {
+	t.Helper()
+	file := WriteConfig(t, fileName, "raw_socket_io: false\n")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   string
+		plain bool
+	}{
+		{"default", nil, "", false},
+		{"flag", []string{"--no-raw-socket-io"}, "", true},
+		{"env", nil, "false", true},
+		{"file", []string{"--config", file}, "", true},
+		{"flag beats file", []string{"--config", file, "--raw-socket-io"}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv(env, tc.env)
+			}
+			got, err := plain(tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.plain {
+				t.Errorf("plain socket I/O = %v, want %v", got, tc.plain)
+			}
+		})
+	}
+}
