@@ -33,7 +33,7 @@ var internalRequest = []string{
 	wire.HeaderRoutingMethod, wire.HeaderRetryable, wire.HeaderRetryReason, wire.HeaderRetryAfterMs,
 	wire.HeaderExpectedQueueMs, wire.HeaderErrorCode, wire.HeaderDispatchSeq, wire.HeaderPylonLoad,
 	wire.HeaderUpstreamRetryable, wire.HeaderClusterID, wire.HeaderInferenceServerID, wire.HeaderInferenceServerURL,
-	wire.HeaderLastClusterID,
+	wire.HeaderLastClusterID, wire.HeaderPrefillTokens,
 }
 
 // internalResponse are pylon headers the gateway strips before the client.
@@ -90,6 +90,7 @@ func (rs *responseScan) strip(h *fasthttp.ResponseHeader) {
 var (
 	hdrExpectedQueueMs = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderExpectedQueueMs)
 	hdrDispatchSeq     = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderDispatchSeq)
+	hdrPrefillTokens   = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderPrefillTokens)
 	hdrServerID        = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInferenceServerID)
 	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInferenceServerURL)
 	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderClusterID)
@@ -337,6 +338,11 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		h.SetCanonical(hdrExpectedQueueMs, strconv.AppendUint(num[:0], out.ExpectedQueueMs, 10))
 	} else if p.Failures > 0 {
 		h.DelBytes(hdrExpectedQueueMs) // set by an earlier attempt (stripRequest removed the caller's)
+	}
+	if out.HasPrefill {
+		h.SetCanonical(hdrPrefillTokens, strconv.AppendUint(num[:0], out.PrefillTokens, 10))
+	} else if p.Failures > 0 {
+		h.DelBytes(hdrPrefillTokens)
 	}
 	seq := append(append(num[:0], g.cfg.GatewayID...), '/')
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))

@@ -146,6 +146,13 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	if gw != nil {
 		msgs.admitted.from = stats.Dispatch{From: gw, Seq: seq}
 	}
+	// The gateway's expectation of the prompt work (the rest cached) is the request's queued
+	// work; malformed or absent: all of its input.
+	if v := bytes.TrimSpace(dh.prefill); len(v) > 0 {
+		if w, err := strconv.ParseUint(string(v), 10, 64); err == nil {
+			msgs.admitted.from.Prefill, msgs.admitted.from.HasPrefill = w, true
+		}
+	}
 	r, ok := g.call(p.sys.Root, &msgs.admitted, ch)
 	if ok {
 		g.replies.put(ch)

@@ -16,7 +16,7 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy
 var (
 	// toEngine are removed from a request before the engine: hop-by-hop headers and the
 	// gateway's routing headers the engine must not see.
-	toEngine = headerset.New(append([]string{wire.HeaderExpectedQueueMs, wire.HeaderDispatchSeq, wire.HeaderDynamoPriority, wire.HeaderDynamoStrict}, hopByHop...)...)
+	toEngine = headerset.New(append([]string{wire.HeaderExpectedQueueMs, wire.HeaderDispatchSeq, wire.HeaderPrefillTokens, wire.HeaderDynamoPriority, wire.HeaderDynamoStrict}, hopByHop...)...)
 	// hopOnly are the hop-by-hop headers alone (the health probe, both ways).
 	hopOnly = headerset.New(hopByHop...)
 )
@@ -31,6 +31,7 @@ func fromEngineSet(upstreamRetryHeader string) *headerset.Set {
 const (
 	toEngineExpected = 0
 	toEngineSeq      = 1
+	toEnginePrefill  = 2
 )
 
 // Canonical names of the engine priority headers the dynamo backend sets on every request.
@@ -45,7 +46,7 @@ var (
 // before the header is modified.
 type dataHeaders struct {
 	requestID, model, inputTokens, priority []byte
-	expected, seq                           []byte
+	expected, seq, prefill                  []byte
 	hasRequestID, hasModel, hasPriority     bool
 	strip                                   headerset.Mask // toEngine names present
 }
@@ -59,6 +60,8 @@ func (d *dataHeaders) collect(h *fasthttp.RequestHeader) {
 					d.expected = v
 				case toEngineSeq:
 					d.seq = v
+				case toEnginePrefill:
+					d.prefill = v
 				}
 			}
 			d.strip |= 1 << i

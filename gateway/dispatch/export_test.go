@@ -16,3 +16,6 @@ func (d *Directory) Ensure(t Target) *actor.PID {
 	defer d.mu.Unlock()
 	return d.entryLocked(t).pid
 }
+
+// PrefillWork is prefillWork.
+func PrefillWork(input uint64, cached float64) (uint64, bool) { return prefillWork(input, cached) }

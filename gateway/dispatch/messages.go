@@ -118,6 +118,13 @@ type Outcome struct {
 	KVSkipped       bool
 	// Session is how last_cluster_affinity classified the request's session.
 	Session lb.SessionState
+	// PrefillTokens is how many of the request's input tokens the decision expects the
+	// backend to prefill (fewer than all when it priced the prefix as cached there; see
+	// lb.Decision.PrefillScale); HasPrefill is false when it expects all of them. The
+	// gateway tells the pylon (x-switchyard-prefill-tokens) so that the pylon's queue
+	// counts the work the engine will do, as the gateway's reservation does.
+	PrefillTokens uint64
+	HasPrefill    bool
 	// PrefillToken, when not 0, asks the handler to send PrefillDone{key, PrefillToken}
 	// once the attempt has its response headers or has ended (prefill_wait).
 	PrefillToken uint64
@@ -233,6 +240,10 @@ type Pending struct {
 	parked     bool // in the park heap (a cancelled entry stays in the heap, skipped lazily)
 	everParked bool // was parked at least once: the heap may still point at it
 	routed     bool // a selection was recorded (routing duration observed once)
+	// behind is the decision that parked the request behind its key's prompt in flight
+	// (prefill_wait), taken again once that prompt is cached (see grantBehind).
+	behind       lb.Decision
+	behindTarget string
 }
 
 // NewPending returns a pending request with a one-slot mailbox.

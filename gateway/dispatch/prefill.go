@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"slices"
 	"time"
 
 	"github.com/switchyard/switchyard/engines/load"
@@ -20,7 +21,8 @@ import (
 // prefillState is one affinity key's grant whose prompt is being prefilled.
 type prefillState struct {
 	cluster string
-	token   uint64 // the grant's Outcome.PrefillToken
+	token   uint64    // the grant's Outcome.PrefillToken
+	ready   time.Time // when its prompt is expected cached (grant + its full TTFT estimate)
 	until   time.Time
 }
 
@@ -47,7 +49,7 @@ func (PrefillDone) IgnoreDeadLetterLogging() {}
 
 // waitsForPrefill reports whether p, routed to cluster, should wait for its key's prompt in
 // flight there; it parks p when so.
-func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, now time.Time) bool {
+func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, d lb.Decision, now time.Time) bool {
 	if !p.Entry.PrefillWait || p.Req.AffinityKey == "" {
 		return false
 	}
@@ -63,8 +65,54 @@ func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, now time.Time) b
 		}
 		wake = minTime(wake, deadline)
 	}
+	p.behind, p.behindTarget = d, cluster
 	s.park(p, wake)
 	return true
+}
+
+// grantBehind grants p to the cluster it waited on for its prompt in flight, now that the
+// prompt is cached there (or its wait ran out), when that cluster is still a candidate that
+// can take it: the decision that chose it still holds, and deciding anew would weigh the
+// cluster's queue, which still counts the prompt's whole prefill until its next report,
+// against a prefill from scratch elsewhere.
+// While the prompt is still in flight (a wake for another reason) p waits on.
+func (s *Scheduler) grantBehind(p *Pending, snap *lb.Snapshot, elapsed time.Duration, maxQueued uint64, now time.Time) bool {
+	cluster := p.behindTarget
+	if cluster == "" {
+		return false
+	}
+	d := p.behind
+	p.behind, p.behindTarget = lb.Decision{}, ""
+	if s.waitsForPrefill(p, cluster, d, now) {
+		return true
+	}
+	i := slices.IndexFunc(snap.Candidates, func(c lb.Candidate) bool { return c.ClusterID == cluster })
+	if i < 0 || p.Req.IsExcluded(cluster) || !snap.Candidates[i].Load.HasCapacity(maxQueued) {
+		return false
+	}
+	id, ok := s.pickBackend(cluster, p)
+	if !ok {
+		return false
+	}
+	// The estimate that chose it waited for the prompt; what is left is the rest.
+	s.behindPrefill(p, now)
+	d.Index = i
+	d.TTFT = snap.Candidates[i].Estimate(&p.Req, 1-d.CachedShare, load.Ignore{}).Comparator
+	s.grant(p, id, &snap.Candidates[i], d, elapsed)
+	return true
+}
+
+// behindPrefill tells the balancer where p's key has a prompt in flight and how long it
+// is still expected to take (lb.Request.Prefilling), so that the cluster is priced behind
+// it rather than with its whole prefill counted in the cluster's queue.
+func (s *Scheduler) behindPrefill(p *Pending, now time.Time) {
+	p.Req.Prefilling, p.Req.PrefillLeft = "", 0
+	if !p.Entry.PrefillWait || p.Req.AffinityKey == "" {
+		return
+	}
+	if st, ok := s.prefills[p.Req.AffinityKey]; ok && now.Before(st.until) {
+		p.Req.Prefilling, p.Req.PrefillLeft = st.cluster, max(st.ready.Sub(now), 0)
+	}
 }
 
 // trackPrefill records p's grant on cand as its key's prompt in flight and marks out so
@@ -90,7 +138,7 @@ func (s *Scheduler) trackPrefill(p *Pending, cand *lb.Candidate, out *Outcome, n
 	}
 	s.prefillToken++
 	out.PrefillToken = s.prefillToken
-	s.prefills[key] = prefillState{cluster: cand.ClusterID, token: s.prefillToken, until: now.Add(min(2*full.Duration()+prefillSlack, maxPrefillWait))}
+	s.prefills[key] = prefillState{cluster: cand.ClusterID, token: s.prefillToken, ready: now.Add(full.Duration()), until: now.Add(min(2*full.Duration()+prefillSlack, maxPrefillWait))}
 }
 
 // prefillDone forgets a prompt in flight once its attempt has its headers; it reports

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"container/heap"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -435,11 +436,15 @@ func (s *Scheduler) try(p *Pending) {
 			p.Req.Excluded = append(p.Req.Excluded, c)
 		}
 		p.Req.At = now
+		if s.grantBehind(p, snap, elapsed, p.Entry.MaxQueued, now) {
+			return
+		}
+		s.behindPrefill(p, now)
 		d := bal.Decide(snap, &p.Req, elapsed)
 		switch d.Kind {
 		case lb.KindSelected:
 			cand := &snap.Candidates[d.Index]
-			if s.waitsForPrefill(p, cand.ClusterID, now) {
+			if s.waitsForPrefill(p, cand.ClusterID, d, now) {
 				return
 			}
 			id, ok := s.pickBackend(cand.ClusterID, p)
@@ -554,7 +559,11 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	if b.view.Seq != nil {
 		out.Seq = b.view.Seq.Add(1)
 	}
-	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: p.Req.InputTokens, priority: p.Req.Priority, at: p.Arrival.Add(elapsed)})
+	work := p.Req.InputTokens
+	if w, ok := prefillWork(p.Req.InputTokens, d.CachedShare); ok {
+		work, out.PrefillTokens, out.HasPrefill = w, w, true
+	}
+	b.reservations = append(b.reservations, reservation{seq: out.Seq, tokens: work, priority: p.Req.Priority, at: p.Arrival.Add(elapsed)})
 	s.touch(&b.view)
 	out.Routing = -1
 	if !p.routed {
@@ -563,6 +572,18 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	s.trackPrefill(p, cand, &out, p.Arrival.Add(elapsed))
 	s.trying = nil
 	p.Mailbox <- out
+}
+
+// prefillWork is the prefill work of a request of input tokens when a decision expects
+// the share cached of them in the backend's prompt cache: the rest, rounded up, and at
+// least one token (the engine computes the last position even of a prompt it holds
+// whole). ok is false when the decision expects all of it to be prefilled.
+func prefillWork(input uint64, cached float64) (uint64, bool) {
+	if input == 0 || !(cached > 0) {
+		return input, false
+	}
+	w := uint64(math.Ceil((1-min(cached, 1))*float64(input) - 1e-6)) // a share's rounding error is no token
+	return min(max(w, 1), input), true
 }
 
 // estimate fills out's TTFT estimate of the granted candidate (the decision's, or a full

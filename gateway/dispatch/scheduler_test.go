@@ -363,3 +363,61 @@ func TestSnapshotPatchedInPlace(t *testing.T) {
 		}
 	})
 }
+
+// A session's next turn behind its prompt in flight waits for it (prefill_wait) and is then
+// granted to the cluster that holds it, reserving and announcing only the suffix as prefill
+// work: the queue a later request sees there is the first turn's 1000 tokens and the
+// second's 100, not 1000 + 1100.
+func TestNextTurnBehindItsPromptReservesTheSuffix(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		e := waw()
+		e.SelectionCount, e.MaxQueued = 1, 8
+		f.backend("a", time.Millisecond, load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}, 0)
+		turn := func(tokens uint64) *dispatch.Pending {
+			return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
+		}
+		first := <-turn(1000).Mailbox
+		if first.Kind != dispatch.OutcomeGranted || first.HasPrefill || first.PrefillToken == 0 {
+			t.Fatalf("first turn: %+v, want granted with its whole prompt to prefill, tracked", first)
+		}
+		second := turn(1100)
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case out := <-second.Mailbox:
+			t.Fatalf("second turn answered while the first's prompt is in flight: %+v", out)
+		default:
+		}
+		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "session", Token: first.PrefillToken})
+		out := <-second.Mailbox
+		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "a" || !out.HasPrefill || out.PrefillTokens != 100 {
+			t.Fatalf("second turn: %+v, want a with 100 tokens to prefill", out)
+		}
+		third := <-f.route(e, 10, nil).Mailbox
+		if third.Kind != dispatch.OutcomeGranted || !third.HasExpected || third.ExpectedQueueMs != 1100 {
+			t.Errorf("a later request: %+v, want an expected queue of 1100 ms", third)
+		}
+	})
+}
+
+// prefillWork: the uncached rest of the input, rounded up, at least one token.
+func TestPrefillWork(t *testing.T) {
+	for _, tc := range []struct {
+		input  uint64
+		cached float64
+		want   uint64
+		ok     bool
+	}{
+		{1000, 0, 1000, false},
+		{1000, 0.9, 100, true},
+		{1000, 0.9999, 1, true},
+		{1000, 1, 1, true},
+		{1000, 1.5, 1, true},
+		{3, 0.5, 2, true},
+		{0, 0.5, 0, false},
+	} {
+		if got, ok := dispatch.PrefillWork(tc.input, tc.cached); got != tc.want || ok != tc.ok {
+			t.Errorf("prefillWork(%d, %v) = %d, %v; want %d, %v", tc.input, tc.cached, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -97,6 +97,13 @@ type Decision struct {
 	// round-robin, random and pulsar). The gateway compares it with the observed time to
 	// first byte.
 	TTFT load.Millis
+	// CachedShare is the share of the request's input tokens the balancer expects the
+	// selected candidate to hold in its prompt cache, 1 − the prefill scale it priced the
+	// candidate at (KindSelected; 0 when it expects none, or does not price prefill per
+	// candidate). The gateway reserves and announces only the rest as prefill work, so the
+	// queue a backend shows for a request whose prefix it holds is the suffix's, not the
+	// whole prompt's.
+	CachedShare float64
 	// Session classifies the request's session under last_cluster_affinity (KindSelected;
 	// SessionNone when the option is off).
 	Session SessionState

@@ -2,9 +2,11 @@ package lb_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
@@ -238,5 +240,64 @@ func TestSessionBackFromOverflowReturnsToItsPrefix(t *testing.T) {
 	back := b.Decide(free, req(2, 2_000_000), 0)
 	if back.Kind != lb.KindSelected || back.Index != 0 || back.TTFT.Duration() != 212*time.Millisecond {
 		t.Errorf("third turn, group free: %v, want a at 212 ms", back)
+	}
+}
+
+// A session whose previous turn is still being prefilled on its cluster is priced there
+// behind that turn: the queue the cluster reports, which holds the turn's whole prompt,
+// less that prompt, or the turn's remaining prefill when that is longer. Its cluster then
+// stays the cheapest, and the selected decision says how much of the prompt it expects
+// cached (the gateway reserves and announces only the rest as prefill work).
+func TestSessionBehindItsPromptInFlight(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	e := waw(func(e *lbconfig.Entry) {
+		e.SelectionCount, e.AffinityWait, e.SessionTTL, e.SessionTableSize = 2, 200*time.Millisecond, time.Minute, 16
+		e.AffinityInputScale = 0.1
+	})
+	free := snap(idle("a", 1), idle("b", 1))
+	key := keyWithGroup(t, e, free, 0, 1)
+	b := newBalancer(t, e, seeded())
+	// 1M tokens/s: the first turn's 1M tokens take 1 s to prefill on a.
+	if d := b.Decide(free, &lb.Request{AffinityKey: key, InputTokens: 1_000_000, At: at}, 0); d.Kind != lb.KindSelected || d.Index != 0 || d.CachedShare != 0 {
+		t.Fatalf("first turn: %+v, want a, nothing cached", d)
+	}
+	// 400 ms later a reports the turn in its queue (1 s of work) and both its slots taken;
+	// b has a free slot and would prefill all 1.1M tokens (1.1 s).
+	fullA := idle("a", 1)
+	fullA.Load.MaxEngineConcurrency, fullA.Load.RunningRequests = 2, 2
+	fullA.Load.QueueSize, fullA.Load.QueuedInputTokens = 1, 1_000_000
+	next := func(prefilling string, left time.Duration) *lb.Request {
+		return &lb.Request{AffinityKey: key, InputTokens: 1_100_000, At: at.Add(400 * time.Millisecond), Prefilling: prefilling, PrefillLeft: left}
+	}
+	for _, tc := range []struct {
+		name      string
+		req       *lb.Request
+		wantQueue load.Millis
+	}{
+		{"prompt in flight, 600 ms left", next("a", 600*time.Millisecond), 600},
+		{"prompt in flight, overrunning", next("a", 0), 0},
+		{"in flight elsewhere", next("b", 600*time.Millisecond), 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			est := fullA.Estimate(tc.req, 100_000.0/1_100_000, load.Ignore{})
+			if math.Abs(float64(est.Queue-tc.wantQueue)) > 1e-6 {
+				t.Errorf("a's queue %v ms, want %v", est.Queue, tc.wantQueue)
+			}
+		})
+	}
+	// a full (not selectable now), the turn 600 ms from cached: the session waits for a
+	// rather than prefilling 1.1 s on b; with a slot free on a it goes there.
+	if d := b.Decide(snap(fullA, idle("b", 1)), next("a", 600*time.Millisecond), 0); d.Kind != lb.KindWait {
+		t.Errorf("a full, its prompt 600 ms from cached: %+v, want a wait", d)
+	}
+	busyA := fullA
+	busyA.Load.RunningRequests = 1
+	d := b.Decide(snap(busyA, idle("b", 1)), next("a", 600*time.Millisecond), 0)
+	if d.Kind != lb.KindSelected || d.Index != 0 {
+		t.Fatalf("a with a free slot: %+v, want a", d)
+	}
+	if math.Abs(d.CachedShare-1_000_000.0/1_100_000) > 1e-9 {
+		t.Errorf("cached share %v, want the first turn's 1M of 1.1M tokens", d.CachedShare)
 	}
 }

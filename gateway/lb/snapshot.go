@@ -32,11 +32,51 @@ type Candidate struct {
 // Estimate is c's TTFT estimate for r with its prefill scaled by scale, corrected by
 // c.Correction (c.CachedCorrection for a discounted prefill): the one place every
 // estimating balancer gets a candidate's estimate from.
+//
+// When r's session has its previous turn's prompt still being prefilled on c
+// (Request.Prefilling) and scale prices part of r's input as cached there, r is estimated
+// behind that turn: r cannot start sooner than the prompt it extends is cached, and the
+// queue c reports already holds that prompt's whole prefill. With a known engine
+// concurrency the queue term is the turn's remaining prefill (Request.PrefillLeft; see
+// behind); without, the longer of that and c's queue less the turn's prompt.
 func (c *Candidate) Estimate(r *Request, scale float64, ignore load.Ignore) load.Estimate {
 	e := c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, scale, ignore)
+	if scale < 1 && r.Prefilling != "" && r.Prefilling == c.ClusterID {
+		e = c.behind(e, r, scale, ignore)
+	}
 	if f := load.Millis(c.factor(scale)); f > 0 && f != 1 {
 		e.TTFT *= f
 		e.Comparator *= f
+	}
+	return e
+}
+
+// behind re-derives e's queue for a request behind its session's prompt in flight on c
+// (see Estimate).
+func (c *Candidate) behind(e load.Estimate, r *Request, scale float64, ignore load.Ignore) load.Estimate {
+	left := load.MillisOf(r.PrefillLeft)
+	q := e.Queue
+	switch inFlight := c.Load.Prefill(r.InputTokens, 1-scale); {
+	case c.Load.MaxEngineConcurrency > 0:
+		// The request waits for the turn's prompt, and the turn holds one of the
+		// engine's slots, which it frees when it ends: the request waits for that turn
+		// (its decode, which no estimate prices, aside), whatever else the queue
+		// holds — a serial sum of every prompt in flight, which overstates an engine
+		// that prefills its slots side by side.
+		q = left
+	case q.IsFinite() && inFlight.IsFinite():
+		q = max(q-inFlight, left, 0)
+	default:
+		q = max(q, left)
+	}
+	e.Queue = q
+	e.Comparator = load.MillisOf(c.RTT) + q + e.Prefill
+	e.TTFT = load.MillisOf(c.RTT)
+	if !ignore.Queue {
+		e.TTFT += q
+	}
+	if !ignore.Prefill {
+		e.TTFT += e.Prefill
 	}
 	return e
 }
@@ -129,6 +169,13 @@ type Request struct {
 	// LastCluster is x-stargate-last-cluster-id: the cluster that served the session's
 	// previous turn (last_cluster_affinity); blank means absent.
 	LastCluster string
+	// Prefilling is the cluster where an earlier turn of the request's session (its
+	// affinity key) is still being prefilled, and PrefillLeft how much longer that is
+	// expected to take (the scheduler's prefill_wait table); blank: none known. A cluster
+	// priced as holding part of the request's prompt is then estimated behind that turn
+	// (see Candidate.Estimate).
+	Prefilling  string
+	PrefillLeft time.Duration
 }
 
 // IsExcluded reports whether clusterID already failed for this request.

@@ -152,6 +152,7 @@ type scored struct {
 	ttft  load.Millis // bucket value
 	cmpv  load.Millis // comparator value (ttft comparator)
 	queue load.Millis // effective queue delay
+	scale float64     // prefill scale it was priced at
 }
 
 // queueLimit is the interpolated queue SLO: floor + (ceil − floor) × clamp(elapsed/SLO),
@@ -487,10 +488,14 @@ func (c *wawConfig) paced(scratch *[]scored, rng Rand, s *Snapshot, r *Request, 
 	return d
 }
 
-// selectedAt is the rank-1 decision for x, carrying its TTFT estimate.
+// selectedAt is the rank-1 decision for x, carrying its TTFT estimate and the share of the
+// prompt its pricing expected cached.
 func selectedAt(x scored) Decision {
 	d := Selected(int(x.idx), 1)
 	d.TTFT = x.cmpv
+	if x.scale >= 0 && x.scale < 1 {
+		d.CachedShare = 1 - x.scale
+	}
 	return d
 }
 
@@ -506,12 +511,13 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 		if r.IsExcluded(cand.ClusterID) {
 			return
 		}
-		est := cand.Estimate(r, price.of(i), c.ignore)
+		scale := price.of(i)
+		est := cand.Estimate(r, scale, c.ignore)
 		if est.Queue > limit {
 			overSLO = true
 			return
 		}
-		sc = append(sc, scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue})
+		sc = append(sc, scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: scale})
 	}
 	if members == nil {
 		for i := range s.Candidates {

@@ -2,19 +2,23 @@ package wire
 
 // Request headers of the routing contract (the reference router's, listed in docs/gateway.md).
 const (
-	HeaderRequestID          = "x-request-id"
-	HeaderModel              = "x-model"
-	HeaderInputTokens        = "x-input-tokens" //nolint:gosec // a header name, not a credential
-	HeaderRoutingKey         = "x-routing-key"
-	HeaderRoutingMethod      = "x-routing-method"
-	HeaderCacheAffinityKey   = "x-cache-affinity-key"
-	HeaderPriority           = "x-priority"
-	HeaderRequestSLOMs       = "x-request-slo-ms"
-	HeaderMaxWaitMs          = "x-max-wait-ms"
-	HeaderStargateMaxWaitMs  = "x-stargate-max-wait-ms"
-	HeaderOutputTokens       = "x-output-tokens" //nolint:gosec // a header name, not a credential
-	HeaderExpectedQueueMs    = "x-stargate-expected-queue-ms"
-	HeaderDispatchSeq        = "x-switchyard-dispatch-seq"
+	HeaderRequestID         = "x-request-id"
+	HeaderModel             = "x-model"
+	HeaderInputTokens       = "x-input-tokens" //nolint:gosec // a header name, not a credential
+	HeaderRoutingKey        = "x-routing-key"
+	HeaderRoutingMethod     = "x-routing-method"
+	HeaderCacheAffinityKey  = "x-cache-affinity-key"
+	HeaderPriority          = "x-priority"
+	HeaderRequestSLOMs      = "x-request-slo-ms"
+	HeaderMaxWaitMs         = "x-max-wait-ms"
+	HeaderStargateMaxWaitMs = "x-stargate-max-wait-ms"
+	HeaderOutputTokens      = "x-output-tokens" //nolint:gosec // a header name, not a credential
+	HeaderExpectedQueueMs   = "x-stargate-expected-queue-ms"
+	HeaderDispatchSeq       = "x-switchyard-dispatch-seq"
+	// HeaderPrefillTokens is the gateway's expectation of how many of the request's input
+	// tokens the engine will prefill (the rest being in its prompt cache); the pylon counts
+	// that much queued work for the request instead of x-input-tokens. Absent: all of them.
+	HeaderPrefillTokens      = "x-switchyard-prefill-tokens" //nolint:gosec // a header name, not a credential
 	HeaderRetryable          = "x-stargate-retryable"
 	HeaderRetryReason        = "x-stargate-retry-reason"
 	HeaderRetryAfterMs       = "x-stargate-retry-after-ms"

@@ -80,6 +80,7 @@ type Options struct {
 type request struct {
 	priority    uint32
 	inputTokens uint64
+	work        uint64 // the prompt tokens to prefill: inputTokens, or the gateway's Dispatch.Prefill
 	phase       Phase
 	admittedAt  time.Time
 	dispatch    Dispatch // who dispatched it, in which order (see AdmitDispatch)
@@ -181,7 +182,8 @@ func (a *Aggregate) MaxEngineConcurrency() uint64 {
 // Live is the number of live requests.
 func (a *Aggregate) Live() int { return len(a.reqs) }
 
-// PhaseCounts returns the count and prompt tokens of a phase.
+// PhaseCounts returns the count and prompt work of a phase (the tokens to prefill: a
+// request's input, or what its gateway expects uncached, see Dispatch).
 func (a *Aggregate) PhaseCounts(p Phase) (requests, inputTokens uint64) {
 	if p >= numPhases {
 		return 0, 0
@@ -212,10 +214,14 @@ func (a *Aggregate) AdmitDispatch(id string, priority uint32, inputTokens, expec
 		return d
 	}
 	late := a.noteDispatch(from)
-	a.reqs[id] = request{priority: priority, inputTokens: inputTokens, phase: Pending, admittedAt: now, dispatch: from, late: late}
+	work := inputTokens
+	if from.HasPrefill {
+		work = min(from.Prefill, inputTokens)
+	}
+	a.reqs[id] = request{priority: priority, inputTokens: inputTokens, work: work, phase: Pending, admittedAt: now, dispatch: from, late: late}
 	a.count[Pending]++
-	a.tokens[Pending] += inputTokens
-	a.pendingWork[priority] += inputTokens
+	a.tokens[Pending] += work
+	a.pendingWork[priority] += work
 	return d
 }
 
@@ -224,18 +230,18 @@ func (a *Aggregate) move(r *request, to Phase) {
 		a.lateQueued-- // see withoutLaterDispatches
 	}
 	if r.phase == Pending {
-		a.pendingWork[r.priority] -= r.inputTokens
+		a.pendingWork[r.priority] -= r.work
 		if a.pendingWork[r.priority] == 0 {
 			delete(a.pendingWork, r.priority)
 		}
 	}
 	a.count[r.phase]--
-	a.tokens[r.phase] -= r.inputTokens
+	a.tokens[r.phase] -= r.work
 	if to < numPhases {
 		a.count[to]++
-		a.tokens[to] += r.inputTokens
+		a.tokens[to] += r.work
 		if to == Pending {
-			a.pendingWork[r.priority] += r.inputTokens
+			a.pendingWork[r.priority] += r.work
 		}
 	}
 	r.phase = to

@@ -26,9 +26,15 @@ import (
 // gateway's later dispatches and late ones. When no report went out in between, the
 // gateway still counts a late one and the comparison is slightly lenient: admission is a
 // tolerance check against load the gateway did not know about, which it still catches.
+//
+// Prefill (with HasPrefill) is the number of the request's input tokens the gateway expects
+// the engine to prefill, the rest being in its prompt cache (x-switchyard-prefill-tokens):
+// the request's queued work is that much instead of its whole input.
 type Dispatch struct {
-	From any
-	Seq  uint64
+	From       any
+	Seq        uint64
+	Prefill    uint64
+	HasPrefill bool
 }
 
 // noteDispatch records the highest seq admitted from d.From and reports whether d is
@@ -75,13 +81,13 @@ func (a *Aggregate) withoutLaterDispatches(l *load.Load, d Dispatch) {
 		switch r.phase {
 		case Pending:
 			queued++
-			work += r.inputTokens
+			work += r.work
 			pending = append(pending, r.priority)
-			pendingWork = append(pendingWork, r.inputTokens)
+			pendingWork = append(pendingWork, r.work)
 		case InputProcessing:
 			queued++
-			work += r.inputTokens
-			processing += r.inputTokens
+			work += r.work
+			processing += r.work
 		default:
 		}
 	}

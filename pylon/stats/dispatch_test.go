@@ -110,3 +110,46 @@ func TestAdmitAfterGatewayRestart(t *testing.T) {
 		t.Errorf("%+v, want rejected against 200 ms", d)
 	}
 }
+
+// A request the gateway expects mostly cached counts only its expected prefill as queued
+// work, in every phase before output and for every later request's admission; without the
+// expectation, and with one above the input, its whole input counts.
+func TestAdmitCountsTheGatewaysPrefillExpectation(t *testing.T) {
+	t.Parallel()
+	g := &gw{"gw-1"}
+	for _, tc := range []struct {
+		name string
+		from stats.Dispatch
+		want uint64
+	}{
+		{"no expectation", stats.Dispatch{From: g, Seq: 1}, 800},
+		{"suffix only", stats.Dispatch{From: g, Seq: 1, Prefill: 50, HasPrefill: true}, 50},
+		{"above the input", stats.Dispatch{From: g, Seq: 1, Prefill: 5000, HasPrefill: true}, 800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := burstAggregate()
+			a.AdmitDispatch("cached", 0, 800, 0, true, tc.from, on, t0)
+			if n, work := a.PhaseCounts(stats.Pending); n != 1 || work != tc.want {
+				t.Errorf("pending: %d requests, %d tokens; want 1, %d", n, work, tc.want)
+			}
+			if l := a.Load(t0); l.QueuedInputTokens != tc.want || l.TotalInputTokens != tc.want {
+				t.Errorf("published queued %d total %d, want %d", l.QueuedInputTokens, l.TotalInputTokens, tc.want)
+			}
+			a.ResponseStarted("cached")
+			if _, work := a.PhaseCounts(stats.InputProcessing); work != tc.want {
+				t.Errorf("processing: %d tokens, want %d", work, tc.want)
+			}
+			// The next request is judged against the cached one's expected work only (1000
+			// tokens/s: want/1000 s of queue).
+			d := a.Admit("next", 0, 100, 0, true, on, t0)
+			if d.ActualMs != tc.want {
+				t.Errorf("the next request sees %d ms of queue, want %d", d.ActualMs, tc.want)
+			}
+			a.Finish("cached", 0, 0, t0)
+			a.Finish("next", 0, 0, t0)
+			if l := a.Load(t0); l.QueuedInputTokens != 0 || l.TotalInputTokens != 0 {
+				t.Errorf("after finishing: queued %d total %d", l.QueuedInputTokens, l.TotalInputTokens)
+			}
+		})
+	}
+}
