@@ -304,7 +304,7 @@ func engineLoad(t *testing.T, engineURL string) int {
 	sc := bufio.NewScanner(strings.NewReader(scrape(t, engineURL)))
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "vllm:num_requests_running") || strings.HasPrefix(line, "vllm:num_requests_waiting") {
+		if strings.HasPrefix(line, "switchyard_engine_requests_running ") || strings.HasPrefix(line, "switchyard_engine_requests_waiting ") {
 			var v float64
 			_, _ = fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
 			total += int(v)

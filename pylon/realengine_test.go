@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
+	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
@@ -433,4 +434,67 @@ func adminGet(t *testing.T, h *hermetic, path string) string {
 		t.Fatalf("GET %s: %v %d", path, err, status)
 	}
 	return string(body)
+}
+
+// The mock engine told to serve vLLM's names (--metrics-names=vllm) stands in for vLLM: a
+// pylon that reads it only through --engine-metrics=vllm registers the requests another
+// client runs and queues on the engine, and the engine's KV capacity and use. With the
+// engine's default names the same pylon registers none of them.
+func TestMockEngineWithVLLMNames(t *testing.T) {
+	const model = "dummy-model"
+	for _, names := range []string{mock.MetricsNamesVLLM, mock.MetricsNamesNative} {
+		t.Run(names, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHermetic(t, realEngineConfig("vllm", model), mock.Config{
+					MetricsNames: names, MaxConcurrentRequests: 1, KVCacheCapacityTokens: 10_000,
+					NumTokens: 20, TokenDelay: 100 * time.Millisecond,
+				})
+				eng := &fasthttp.HostClient{Addr: "engine", Dial: h.dial}
+				var wg sync.WaitGroup
+				for i := range 3 { // straight to the engine, past the pylon: one runs, two wait
+					wg.Go(func() {
+						req := fasthttp.AcquireRequest()
+						defer fasthttp.ReleaseRequest(req)
+						req.SetRequestURI("http://engine/v1/chat/completions")
+						req.Header.SetMethod("POST")
+						req.Header.Set("x-input-tokens", "1000")
+						req.SetBodyString(`{"model":"dummy-model","messages":[{"role":"user","content":"other client ` + strconv.Itoa(i) + `"}]}`)
+						resp := fasthttp.AcquireResponse()
+						defer fasthttp.ReleaseResponse(resp)
+						if err := eng.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+							t.Errorf("request %d to the engine: %v %d", i, err, resp.StatusCode())
+						}
+					})
+				}
+				if names == mock.MetricsNamesVLLM {
+					r := h.await(3*time.Second, func(r received) bool {
+						st, ok := modelStats(r, model)
+						return ok && st.NumRunningQueries == 1 && st.QueueSize == 2
+					})
+					// The running request holds its 1 000 prompt and 20 output tokens.
+					if st, _ := modelStats(r, model); st.KVCacheCapacityTokens != 10_000 || st.KVCacheUsedTokens != 1020 {
+						t.Errorf("KV capacity %d, used %d; want 10000 and 1020", st.KVCacheCapacityTokens, st.KVCacheUsedTokens)
+					}
+				} else {
+					time.Sleep(3 * time.Second) // three scrapes, three heartbeats
+					synctest.Wait()
+					seen := 0
+					for len(h.regs) > 0 {
+						if st, ok := modelStats(<-h.regs, model); ok {
+							seen++
+							if st.NumRunningQueries != 0 || st.QueueSize != 0 || st.KVCacheCapacityTokens != 0 {
+								t.Errorf("registered running %d, queue %d, KV capacity %d from names the pylon does not read", st.NumRunningQueries, st.QueueSize, st.KVCacheCapacityTokens)
+							}
+						}
+					}
+					if seen < 2 {
+						t.Errorf("%d registrations in 3 s", seen)
+					}
+				}
+				wg.Wait()
+				eng.CloseIdleConnections()
+				h.close()
+			})
+		})
+	}
 }

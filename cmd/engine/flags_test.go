@@ -16,6 +16,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
 	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
@@ -149,5 +150,41 @@ func TestDocExample(t *testing.T) {
 	}
 	if cfg := c.config(); cfg.EngineModel != "batched" || cfg.Batched.StepPerDecodeSeq != 85*time.Microsecond || cfg.Batched.Workers != 2 {
 		t.Errorf("engine model %q, step per decoding sequence %v, workers %d", cfg.EngineModel, cfg.Batched.StepPerDecodeSeq, cfg.Batched.Workers)
+	}
+}
+
+// --metrics-names picks the name set of /metrics: native by default, vllm from the flag,
+// the environment or the config file; anything else is refused.
+func TestMetricsNamesFlag(t *testing.T) {
+	defaults, err := parseArgs(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := defaults.config().MetricsNames; got != mock.MetricsNamesNative {
+		t.Errorf("default %q, want native", got)
+	}
+	file := filepath.Join(t.TempDir(), "engine.yaml")
+	if err := os.WriteFile(file, []byte("metrics_names: vllm\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string][]string{"flag": {"--metrics-names=vllm"}, "config file": {"--config", file}} {
+		c, err := parseArgs(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := c.config().MetricsNames; got != mock.MetricsNamesVLLM {
+			t.Errorf("%s: %q, want vllm", name, got)
+		}
+	}
+	if _, err := parseArgs(t, "--metrics-names=prometheus"); err == nil || !strings.Contains(err.Error(), "metrics-names") {
+		t.Errorf("--metrics-names=prometheus: %v, want an error naming the flag", err)
+	}
+	t.Setenv("SWITCHYARD_ENGINE_METRICS_NAMES", "vllm")
+	c, err := parseArgs(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.config().MetricsNames; got != mock.MetricsNamesVLLM {
+		t.Errorf("environment: %q, want vllm", got)
 	}
 }

@@ -1,6 +1,7 @@
 // Command engine is the Switchyard mock inference engine: an OpenAI-compatible server with
 // a seeded timing model (legacy or continuous batching), a prefix KV cache, an NDJSON
-// stats stream, vLLM-style metrics and fault injection.
+// stats stream, Prometheus metrics (its own names, or vLLM's with --metrics-names=vllm) and
+// fault injection.
 package main
 
 import (
@@ -54,6 +55,7 @@ type cli struct {
 	WriteBufferBytes      int           `name:"write-buffer-bytes" default:"1024" help:"Per-connection write buffer, held for the life of a stream."`
 	TLSCertFile           string        `name:"tls-cert-file" type:"path" help:"PEM certificate: serve HTTPS (re-read when it changes)."`
 	TLSKeyFile            string        `name:"tls-key-file" type:"path" help:"PEM private key of --tls-cert-file."`
+	MetricsNames          string        `name:"metrics-names" default:"native" enum:"native,vllm" help:"Metric names of GET /metrics: native (switchyard_engine_*, in base units, promtool-clean) or vllm (vLLM's vllm:* names and model_name label, for scrapers written for vLLM such as a pylon with --engine-metrics=vllm; promtool reports their ':')."`
 	EnableTestControl     bool          `name:"enable-test-control" help:"Serve the fault-injection endpoints under /test-control (tests and benchmarks only: anyone who reaches the engine can then inject failures, hangs and delays). Off: they answer 404."`
 	// The listener's connection limits.
 	Limits httpserver.Flags `embed:""`
@@ -94,6 +96,7 @@ func (c *cli) config() mock.Config {
 		WriteBufferBytes:       c.WriteBufferBytes,
 		TLS:                    tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		EnableTestControl:      c.EnableTestControl,
+		MetricsNames:           c.MetricsNames,
 		ServerLimits:           c.Limits.Limits(),
 		Batched: latency.BatchedConfig{
 			Workers:             c.NumGPUWorkers,

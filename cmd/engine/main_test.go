@@ -158,9 +158,9 @@ func TestLoopbackRealBinary(t *testing.T) {
 		t.Fatalf("metrics: %d %v", status, err)
 	}
 	for _, want := range []string{
-		`vllm:generation_tokens_total{model_name="loop-model"} 4`,
-		`vllm:prompt_tokens_total{model_name="loop-model"} ` + strconv.Itoa(len("hello loop")),
-		`vllm:time_to_first_token_seconds_count{model_name="loop-model"} 1`,
+		`switchyard_engine_output_tokens_total{model="loop-model"} 4`,
+		`switchyard_engine_input_tokens_total{model="loop-model"} ` + strconv.Itoa(len("hello loop")),
+		`switchyard_engine_time_to_first_token_seconds_count{model="loop-model"} 1`,
 	} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("metrics lack %q", want)

@@ -89,6 +89,10 @@ type Config struct {
 	// WriteBufferBytes is the per-connection write buffer, held while a response is
 	// written, for the whole life of a stream (zero means 1024).
 	WriteBufferBytes int
+	// MetricsNames is the name set of GET /metrics: MetricsNamesNative (default), the
+	// engine's own switchyard_engine_ names, or MetricsNamesVLLM, vLLM's vllm: names for
+	// scrapers written for vLLM (the pylon's --engine-metrics vllm).
+	MetricsNames string
 	// EnableTestControl serves the fault-injection endpoints under /test-control (default
 	// off: they answer 404 like any unknown path). They let whoever reaches the engine
 	// inject failures, hangs and delays, so they are for tests and benchmarks only.
@@ -120,6 +124,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.TimeScale == 0 {
 		c.TimeScale = 1
+	}
+	if c.MetricsNames == "" {
+		c.MetricsNames = MetricsNamesNative
 	}
 	if c.MaxRequestBodyBytes == 0 {
 		c.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
@@ -177,6 +184,11 @@ func (c Config) Validate() error {
 	case "", ModelLegacy, ModelBatched:
 	default:
 		bad("engine-model is %q, want legacy or batched", c.EngineModel)
+	}
+	switch c.MetricsNames {
+	case "", MetricsNamesNative, MetricsNamesVLLM:
+	default:
+		bad("metrics-names is %q, want native or vllm", c.MetricsNames)
 	}
 	if c.TimeScale < 0 || math.IsNaN(c.TimeScale) || math.IsInf(c.TimeScale, 0) {
 		bad("time-scale is %v, want a finite value ≥ 0", c.TimeScale)

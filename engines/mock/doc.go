@@ -2,9 +2,10 @@
 // server (chat completions, completions, responses, embeddings, models, health) whose
 // timing comes from the pure models in engines/latency and whose prefix reuse comes from
 // the LRU cache in engines/kvcache. It also serves the NDJSON stats stream
-// (/pylon/v1/stats/stream), /kv-cache/stats, vLLM-named /metrics and, for tests and
-// benchmarks only, fault injection (/test-control, served only with
-// Config.EnableTestControl, the --enable-test-control flag).
+// (/pylon/v1/stats/stream), /kv-cache/stats, /metrics (its own switchyard_engine_ names,
+// or vLLM's with Config.MetricsNames) and, for tests and benchmarks only, fault injection
+// (/test-control, served only with Config.EnableTestControl, the --enable-test-control
+// flag).
 //
 // Token counts: input = x-input-tokens when present, else the body estimate: the number
 // of Unicode characters of every message's text content (completions: of the prompt

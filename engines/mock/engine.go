@@ -68,6 +68,7 @@ type Engine struct {
 	sem     chan struct{} // nil when unlimited
 	ids     atomic.Uint64
 	metrics *metrics.Set
+	names   *metricNames // the name set of /metrics
 	hub     hub
 
 	legacyRunning, semWaiting atomic.Int64
@@ -112,6 +113,7 @@ func New(cfg Config, deps Deps) (*Engine, error) {
 		legacy:      cfg.legacy(),
 		done:        make(chan struct{}),
 		metrics:     metrics.NewSet(),
+		names:       namesOf(cfg.MetricsNames),
 		gens:        make(map[uint64]*gen),
 		models:      make(map[string]*modelState),
 		discovery:   append([]string(nil), cfg.ModelNames...),
@@ -167,7 +169,7 @@ func New(cfg Config, deps Deps) (*Engine, error) {
 }
 
 func (e *Engine) newModelState(name string) *modelState {
-	return &modelState{name: name, metrics: newModelMetrics(e.metrics, name), changed: make(chan struct{})}
+	return &modelState{name: name, metrics: newModelMetrics(e.metrics, e.names, name), changed: make(chan struct{})}
 }
 
 // MaxConcurrency returns the concurrency the engine advertises in stats pings: workers ×
@@ -366,7 +368,7 @@ func (e *Engine) serveModels(ctx *fasthttp.RequestCtx) {
 
 func (e *Engine) serveMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType(promtext.ContentType)
-	metricsPage.Write(ctx, e.metrics.WritePrometheus)
+	e.names.page.Write(ctx, e.metrics.WritePrometheus)
 }
 
 // load returns running and waiting requests as vLLM reports them.

@@ -92,13 +92,14 @@ func TestStatsStreamAndMetricsReflectARequest(t *testing.T) {
 			t.Errorf("stats events\n got %s\nwant %s", got, want)
 		}
 		for _, line := range []string{
-			`vllm:prompt_tokens_total{model_name="m"} 100`,
-			`vllm:generation_tokens_total{model_name="m"} 5`,
-			`vllm:num_requests_running{model_name="m"} 0`,
-			`vllm:num_requests_waiting{model_name="m"} 0`,
-			`vllm:time_to_first_token_seconds_count{model_name="m"} 1`,
-			`vllm:request_success_total{model_name="m",finished_reason="stop"} 1`,
-			`vllm:kv_cache_usage_perc{model_name="m"} 0`, // finished: its cached prompt is evictable
+			`switchyard_engine_input_tokens_total{model="m"} 100`,
+			`switchyard_engine_output_tokens_total{model="m"} 5`,
+			`switchyard_engine_requests_running 0`,
+			`switchyard_engine_requests_waiting 0`,
+			`switchyard_engine_time_to_first_token_seconds_count{model="m"} 1`,
+			`switchyard_engine_requests_completed_total{model="m",reason="stop"} 1`,
+			`switchyard_engine_kv_cache_usage_ratio 0`, // finished: its cached prompt is evictable
+			`switchyard_engine_kv_cache_used_tokens 0`,
 		} {
 			if !strings.Contains(metricsBody, line+"\n") {
 				t.Errorf("metrics lack %q", line)

@@ -27,7 +27,7 @@ const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 // Page is one binary's exposition: its namespace and the help text of its families.
 type Page struct {
 	// Prefix is the namespace every family of the binary starts with (switchyard_,
-	// pylon_, vllm:).
+	// pylon_, switchyard_engine_).
 	Prefix string
 	// Help maps a family name without Prefix to its help text.
 	Help map[string]string
