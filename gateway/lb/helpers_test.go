@@ -60,12 +60,15 @@ func waw(mod func(*lbconfig.Entry)) lbconfig.Entry {
 	return e
 }
 
-// expect compares a decision with the expected one; got's TTFT estimate is compared only
-// when want sets one.
+// expect compares a decision with the expected one; got's TTFT estimate
+// and cached share are compared only when want sets them.
 func expect(t *testing.T, what string, got, want lb.Decision) {
 	t.Helper()
 	if want.TTFT == 0 {
 		got.TTFT = 0
+	}
+	if want.CachedShare == 0 {
+		got.CachedShare = 0
 	}
 	if got != want {
 		t.Errorf("%s: got %v, want %v", what, got, want)
