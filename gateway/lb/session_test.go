@@ -286,6 +286,15 @@ func TestSessionBehindItsPromptInFlight(t *testing.T) {
 			}
 		})
 	}
+	// Without a known concurrency the queue a reports, less the turn's prompt, still
+	// counts when longer than the turn's rest: 1.5 s of queue, 1 s of it the turn's.
+	unbounded := fullA
+	unbounded.Load.MaxEngineConcurrency, unbounded.Load.RunningRequests, unbounded.Load.QueuedInputTokens = 0, 3, 1_500_000
+	for left, want := range map[time.Duration]load.Millis{300 * time.Millisecond: 500, 800 * time.Millisecond: 800} {
+		if est := unbounded.Estimate(next("a", left), 100_000.0/1_100_000, load.Ignore{}); math.Abs(float64(est.Queue-want)) > 1e-6 {
+			t.Errorf("unknown concurrency, %v left: queue %v ms, want %v", left, est.Queue, want)
+		}
+	}
 	// a full (not selectable now), the turn 600 ms from cached: the session waits for a
 	// rather than prefilling 1.1 s on b; with a slot free on a it goes there.
 	if d := b.Decide(snap(fullA, idle("b", 1)), next("a", 600*time.Millisecond), 0); d.Kind != lb.KindWait {
