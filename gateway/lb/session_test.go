@@ -302,6 +302,9 @@ func TestSessionBehindItsPromptInFlight(t *testing.T) {
 	}
 	busyA := fullA
 	busyA.Load.RunningRequests = 1
+	if est := busyA.Estimate(next("a", 600*time.Millisecond), 100_000.0/1_100_000, load.Ignore{}); est.Queue != 0 {
+		t.Errorf("a with a free slot: queue %v ms, want 0 (the turn goes there and waits for its prompt)", est.Queue)
+	}
 	d := b.Decide(snap(busyA, idle("b", 1)), next("a", 600*time.Millisecond), 0)
 	if d.Kind != lb.KindSelected || d.Index != 0 {
 		t.Fatalf("a with a free slot: %+v, want a", d)

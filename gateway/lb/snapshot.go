@@ -36,9 +36,11 @@ type Candidate struct {
 // When r's session has its previous turn's prompt still being prefilled on c
 // (Request.Prefilling) and scale prices part of r's input as cached there, r is estimated
 // behind that turn: r cannot start sooner than the prompt it extends is cached, and the
-// queue c reports already holds that prompt's whole prefill. With a known engine
-// concurrency the queue term is the turn's remaining prefill (Request.PrefillLeft; see
-// behind); without, the longer of that and c's queue less the turn's prompt.
+// queue c reports already holds that prompt's whole prefill. With a free slot nothing
+// changes (the request goes there and waits for the prompt, see prefill_wait); a full
+// engine of known concurrency is priced at the turn's remaining prefill
+// (Request.PrefillLeft; see behind); without a known concurrency, at the longer of that
+// and c's queue less the turn's prompt.
 func (c *Candidate) Estimate(r *Request, scale float64, ignore load.Ignore) load.Estimate {
 	e := c.Load.Estimate(load.MillisOf(c.RTT), r.InputTokens, r.Priority, scale, ignore)
 	if scale < 1 && r.Prefilling != "" && r.Prefilling == c.ClusterID {
@@ -57,12 +59,16 @@ func (c *Candidate) behind(e load.Estimate, r *Request, scale float64, ignore lo
 	left := load.MillisOf(r.PrefillLeft)
 	q := e.Queue
 	switch inFlight := c.Load.Prefill(r.InputTokens, 1-scale); {
+	case c.Load.HasFreeSlot():
+		// Room for the turn: it is sent there and waits for its prompt (prefill_wait),
+		// priced like any turn of a session on the cluster that holds it — the wait
+		// for its own prompt is not a reason to copy that prompt elsewhere.
 	case c.Load.MaxEngineConcurrency > 0:
-		// The request waits for the turn's prompt, and the turn holds one of the
-		// engine's slots, which it frees when it ends: the request waits for that turn
-		// (its decode, which no estimate prices, aside), whatever else the queue
-		// holds — a serial sum of every prompt in flight, which overstates an engine
-		// that prefills its slots side by side.
+		// Full: the turn in flight holds one of the engine's slots, which it frees
+		// when it ends, so the request waits for that turn (its decode, which no
+		// estimate prices, aside) whatever else the queue holds — a serial sum of every
+		// prompt in flight, which overstates an engine that prefills its slots side by
+		// side.
 		q = left
 	case q.IsFinite() && inFlight.IsFinite():
 		q = max(q-inFlight, left, 0)
