@@ -23,6 +23,7 @@ type prefillState struct {
 	cluster string
 	token   uint64    // the grant's Outcome.PrefillToken
 	ready   time.Time // when its prompt is expected cached (grant + its full TTFT estimate)
+	cached  bool      // its response headers came (PrefillDone): nobody waits for it any more
 	until   time.Time
 }
 
@@ -54,7 +55,7 @@ func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, d lb.Decision, n
 		return false
 	}
 	st, ok := s.prefills[p.Req.AffinityKey]
-	if !ok || st.cluster != cluster || !now.Before(st.until) {
+	if !ok || st.cached || st.cluster != cluster || !now.Before(st.until) {
 		return false
 	}
 	wake := st.until
@@ -104,7 +105,9 @@ func (s *Scheduler) grantBehind(p *Pending, snap *lb.Snapshot, elapsed time.Dura
 
 // behindPrefill tells the balancer where p's key has a prompt in flight and how long it
 // is still expected to take (lb.Request.Prefilling), so that the cluster is priced behind
-// it rather than with its whole prefill counted in the cluster's queue.
+// it rather than with its whole prefill counted in the cluster's queue; once the prompt
+// is cached, until the entry's bound, with nothing left to wait for: the earlier turn
+// holds one of the cluster's slots while it decodes and frees it when it ends.
 func (s *Scheduler) behindPrefill(p *Pending, now time.Time) {
 	p.Req.Prefilling, p.Req.PrefillLeft = "", 0
 	if !p.Entry.PrefillWait || p.Req.AffinityKey == "" {
@@ -112,6 +115,9 @@ func (s *Scheduler) behindPrefill(p *Pending, now time.Time) {
 	}
 	if st, ok := s.prefills[p.Req.AffinityKey]; ok && now.Before(st.until) {
 		p.Req.Prefilling, p.Req.PrefillLeft = st.cluster, max(st.ready.Sub(now), 0)
+		if st.cached {
+			p.Req.PrefillLeft = 0
+		}
 	}
 }
 
@@ -145,9 +151,13 @@ func (s *Scheduler) trackPrefill(p *Pending, cand *lb.Candidate, out *Outcome, n
 // whether requests may be waiting for it.
 func (s *Scheduler) prefillDone(m PrefillDone) bool {
 	st, ok := s.prefills[m.Key]
-	if !ok || st.token != m.Token {
+	if !ok || st.token != m.Token || st.cached {
 		return false
 	}
-	delete(s.prefills, m.Key)
+	// Kept, as cached, until its bound: the turn still holds its slot there while it
+	// decodes, so a next turn of the session is priced at that cluster without waiting
+	// for anything but a slot (see behindPrefill).
+	st.cached = true
+	s.prefills[m.Key] = st
 	return true
 }
