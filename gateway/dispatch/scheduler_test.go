@@ -367,7 +367,7 @@ func TestSnapshotPatchedInPlace(t *testing.T) {
 // A session's next turn behind its prompt in flight waits for it (prefill_wait) and is then
 // granted to the cluster that holds it, reserving and announcing only the suffix as prefill
 // work: the queue a later request sees there is the first turn's 1000 tokens and the
-// second's 100, not 1000 + 1100.
+// second's 100, not 1000 + 1100; and the turn after that is priced behind the second.
 func TestNextTurnBehindItsPromptReservesTheSuffix(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
@@ -393,9 +393,16 @@ func TestNextTurnBehindItsPromptReservesTheSuffix(t *testing.T) {
 		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "a" || !out.HasPrefill || out.PrefillTokens != 100 {
 			t.Fatalf("second turn: %+v, want a with 100 tokens to prefill", out)
 		}
-		third := <-f.route(e, 10, nil).Mailbox
-		if third.Kind != dispatch.OutcomeGranted || !third.HasExpected || third.ExpectedQueueMs != 1100 {
-			t.Errorf("a later request: %+v, want an expected queue of 1100 ms", third)
+		// Both turns hold a's two slots. Once the second's prompt is cached, the third
+		// turn is priced behind its own session's turn, which frees a slot when it ends:
+		// its 200 new tokens (200 ms) and the RTT, not the 1100 ms of queued work.
+		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "session", Token: out.PrefillToken})
+		third := <-turn(1300).Mailbox
+		if third.Kind != dispatch.OutcomeGranted || !third.HasEstimate || third.Estimate != 201*time.Millisecond {
+			t.Errorf("third turn: %+v, want an estimate of 201 ms", third)
+		}
+		if !third.HasExpected || third.ExpectedQueueMs != 1100 {
+			t.Errorf("third turn: expected queue %d ms, want the 1100 ms of work the backend holds", third.ExpectedQueueMs)
 		}
 	})
 }
