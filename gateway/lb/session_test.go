@@ -280,6 +280,7 @@ func TestSessionBehindItsPromptInFlight(t *testing.T) {
 		{"in flight elsewhere", next("b", 600*time.Millisecond), 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			est := fullA.Estimate(tc.req, 100_000.0/1_100_000, load.Ignore{})
 			if math.Abs(float64(est.Queue-tc.wantQueue)) > 1e-6 {
 				t.Errorf("a's queue %v ms, want %v", est.Queue, tc.wantQueue)

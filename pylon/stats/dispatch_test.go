@@ -127,6 +127,7 @@ func TestAdmitCountsTheGatewaysPrefillExpectation(t *testing.T) {
 		{"above the input", stats.Dispatch{From: g, Seq: 1, Prefill: 5000, HasPrefill: true}, 800},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := burstAggregate()
 			a.AdmitDispatch("cached", 0, 800, 0, true, tc.from, on, t0)
 			if n, work := a.PhaseCounts(stats.Pending); n != 1 || work != tc.want {

@@ -39,7 +39,7 @@ func DocExample(t *testing.T, doc, name string) string {
 func WriteConfig(t *testing.T, name, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil { //nolint:gosec // name is the calling test's constant
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
