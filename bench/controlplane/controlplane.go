@@ -46,6 +46,10 @@ type Options struct {
 	URL func(i int) string
 	// Dial connects to a gateway (default: TCP).
 	Dial fasthttp.DialFunc
+	// Baseline makes each simulated pylon GET the gateway's /healthz instead of sending
+	// heartbeats, at the same rate and on its own connection: the cost of the HTTP
+	// exchange alone, for comparison.
+	Baseline bool
 }
 
 // Stats count what the pylons sent, per gateway.
@@ -67,7 +71,10 @@ type Fleet struct {
 	sys     *actor.ActorSystem
 	cancel  context.CancelFunc
 	started sync.WaitGroup // the goroutine starting the pylons
-	sends   inFlight
+	// baseline runs the /healthz loops (Options.Baseline); they end with ctx.
+	baseline sync.WaitGroup
+	ctx      context.Context
+	sends    inFlight
 
 	mu      sync.Mutex
 	pids    []*actor.PID
@@ -81,7 +88,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		return nil, errors.New("controlplane: pylons > 0, a period, a URL function and at least one gateway are needed")
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	f := &Fleet{opts: opts, cancel: cancel, sys: actors.NewSystem(slog.New(slog.DiscardHandler))}
+	f := &Fleet{opts: opts, ctx: ctx, cancel: cancel, sys: actors.NewSystem(slog.New(slog.DiscardHandler))}
 	for range opts.Admins {
 		f.stats = append(f.stats, &Stats{})
 	}
@@ -109,6 +116,7 @@ func (f *Fleet) Stats() []*Stats { return f.stats }
 func (f *Fleet) Stop() {
 	f.cancel()
 	f.started.Wait()
+	f.baseline.Wait()
 	f.mu.Lock()
 	pids, clients := f.pids, f.clients
 	f.pids, f.clients = nil, nil
@@ -124,12 +132,21 @@ func (f *Fleet) Stop() {
 }
 
 // startPylon starts pylon i: its control client (a pylon's: one keep-alive connection per
-// gateway) and one registrar per gateway.
+// gateway) and one registrar per gateway (with Baseline, one /healthz loop per gateway).
 func (f *Fleet) startPylon(i int) {
 	o := &f.opts
 	id := "sim-" + strconv.Itoa(i)
 	client := &fasthttp.Client{Dial: o.Dial, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
 	send := register.HTTPTransport(client, nil)
+	if o.Baseline {
+		for g, admin := range o.Admins {
+			f.baseline.Go(func() { f.probe(f.counted(f.stats[g], send), "http://"+admin+"/healthz") })
+		}
+		f.mu.Lock()
+		f.clients = append(f.clients, client)
+		f.mu.Unlock()
+		return
+	}
 	pids := make([]*actor.PID, 0, len(o.Admins))
 	for g, admin := range o.Admins {
 		st := f.stats[g]
@@ -145,6 +162,20 @@ func (f *Fleet) startPylon(i int) {
 	f.pids = append(f.pids, pids...)
 	f.clients = append(f.clients, client)
 	f.mu.Unlock()
+}
+
+// probe GETs url every period until the fleet stops (Options.Baseline).
+func (f *Fleet) probe(send register.Transport, url string) {
+	t := time.NewTicker(f.opts.Period)
+	defer t.Stop()
+	for {
+		_, _, _ = send(f.ctx, fasthttp.MethodGet, url, f.opts.Token, nil)
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // snapshot is pylon i's n-th snapshot: one active model whose numbers move between
@@ -178,7 +209,9 @@ func (f *Fleet) counted(st *Stats, send register.Transport) register.Transport {
 			st.fail(method + ": " + err.Error())
 		case status == fasthttp.StatusOK:
 			st.Accepted.Add(1)
-			st.Full.Add(1)
+			if method != fasthttp.MethodGet {
+				st.Full.Add(1)
+			}
 		case status == fasthttp.StatusNoContent:
 			st.Accepted.Add(1)
 			st.Updates.Add(1)

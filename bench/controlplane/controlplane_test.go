@@ -28,6 +28,7 @@ type fakeGateway struct {
 
 	mu       sync.Mutex
 	full     map[string]int // full registrations per backend id
+	probes   int            // GET /healthz
 	updates  map[string]int // load updates per backend id
 	conns    int            // connections opened
 	problems []string
@@ -41,6 +42,9 @@ func (g *fakeGateway) handle(ctx *fasthttp.RequestCtx) {
 	switch {
 	case string(ctx.Request.Header.Peek("Authorization")) != "Bearer tok":
 		problem = "no token"
+	case ctx.IsGet() && string(ctx.Path()) == "/healthz":
+		g.probes++
+		return
 	case ctx.IsPut():
 		reg, err := wire.DefaultLimits().ParseRegistration(id, ctx.PostBody())
 		switch {
@@ -75,7 +79,7 @@ func (g *fakeGateway) handle(ctx *fasthttp.RequestCtx) {
 
 // run simulates 20 pylons heartbeating every 200 ms against g for 2 s (virtual time, over
 // an in-memory listener) and returns their counts.
-func run(t *testing.T, g *fakeGateway, fullInterval time.Duration) *controlplane.Stats {
+func run(t *testing.T, g *fakeGateway, fullInterval time.Duration, baseline bool) *controlplane.Stats {
 	t.Helper()
 	ln := fasthttputil.NewInmemoryListener()
 	s := &fasthttp.Server{Handler: g.handle, ConnState: func(_ net.Conn, st fasthttp.ConnState) {
@@ -93,7 +97,7 @@ func run(t *testing.T, g *fakeGateway, fullInterval time.Duration) *controlplane
 	f, err := controlplane.Start(context.Background(), controlplane.Options{
 		Admins: []string{"gateway:8001"}, Token: "tok", Pylons: 20, Period: 200 * time.Millisecond, FullInterval: fullInterval, Model: "m",
 		URL:  func(int) string { return "http://127.0.0.1:1/p" },
-		Dial: func(string) (net.Conn, error) { return ln.Dial() },
+		Dial: func(string) (net.Conn, error) { return ln.Dial() }, Baseline: baseline,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +116,7 @@ func run(t *testing.T, g *fakeGateway, fullInterval time.Duration) *controlplane
 func TestPylonsSendFullRegistrationsAndLoadUpdates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &fakeGateway{offer: true, full: map[string]int{}, updates: map[string]int{}}
-		st := run(t, g, time.Second)
+		st := run(t, g, time.Second, false)
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if len(g.problems) > 0 || st.Failed.Load() != 0 {
@@ -141,7 +145,7 @@ func TestPylonsSendFullRegistrationsOnly(t *testing.T) {
 	}{"interval 0": {true, 0}, "an older gateway": {false, time.Minute}} {
 		synctest.Test(t, func(t *testing.T) {
 			g := &fakeGateway{offer: c.offer, full: map[string]int{}, updates: map[string]int{}}
-			st := run(t, g, c.fullInterval)
+			st := run(t, g, c.fullInterval, false)
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			if len(g.problems) > 0 || st.Failed.Load() != 0 || len(g.full) != 20 || len(g.updates) != 0 || st.Updates.Load() != 0 || st.Full.Load() < 180 {
@@ -149,6 +153,21 @@ func TestPylonsSendFullRegistrationsOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The baseline: each simulated pylon GETs /healthz every period on its own connection,
+// and registers nowhere.
+func TestBaselineProbesHealthz(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGateway{full: map[string]int{}, updates: map[string]int{}}
+		st := run(t, g, time.Second, true)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if len(g.problems) > 0 || st.Failed.Load() != 0 || len(g.full) != 0 || g.probes < 180 || st.Accepted.Load() != int64(g.probes) || g.conns != 20 {
+			t.Errorf("problems %v, %d failed, %d registered, %d probes (%d accepted), %d connections; want 0, 0, 0, at least 180, 20",
+				g.problems, st.Failed.Load(), len(g.full), g.probes, st.Accepted.Load(), g.conns)
+		}
+	})
 }
 
 func TestStartRefusesAnEmptyFleet(t *testing.T) {

@@ -26,6 +26,7 @@ type controlPlaneCmd struct {
 	Warmup              time.Duration `default:"5s" help:"Heartbeats before measuring (every pylon has registered by then)."`
 	Duration            time.Duration `default:"30s" help:"Measurement window: the gateways' CPU time (/proc/PID/stat) over it. The default holds one --full-registration-interval, so the window sees the steady mix of full registrations and load updates."`
 	HealthProbeInterval time.Duration `name:"health-probe-interval" default:"1h" help:"The gateways' --health-probe-interval. The simulated pylons' URLs answer nothing, so the default keeps the gateways' RTT probes out of the figure; the figure is then registrations alone."`
+	Baseline            bool          `help:"Instead of heartbeats, every simulated pylon GETs each gateway's admin /healthz every --rate on its own connection: the cost of the HTTP exchange alone, which the heartbeats' cost sits on."`
 	BinDir              string        `name:"bin-dir" default:"bin" help:"Directory holding the gateway binary."`
 	Logs                string        `placeholder:"DIR" help:"Keep the gateways' logs in DIR (default: a temporary directory, removed)."`
 	Profile             string        `placeholder:"DIR" help:"Run the gateways with --enable-pprof and save the first one's CPU profile over the measurement window in DIR (go tool pprof DIR/gateway-cpu.pprof)."`
@@ -102,7 +103,7 @@ func (c *controlPlaneCmd) Run() error {
 	// The pylons' URLs: a loopback port nothing listens on (probes, if any, fail fast).
 	dead := "http://" + addr(2*c.Gateways)
 	sim, err := controlplane.Start(ctx, controlplane.Options{
-		Admins: admins, Token: controlPlaneToken, Pylons: c.Pylons, Period: c.Rate, FullInterval: c.FullInterval, Model: overheadModel,
+		Admins: admins, Token: controlPlaneToken, Pylons: c.Pylons, Period: c.Rate, FullInterval: c.FullInterval, Model: overheadModel, Baseline: c.Baseline,
 		URL: func(i int) string { return dead + "/p" + strconv.Itoa(i) },
 	})
 	if err != nil {
