@@ -510,11 +510,18 @@ func (g *Gateway) ServeAdmin(ln net.Listener) error {
 	if !g.listeners.add(ln) {
 		return nil
 	}
+	return g.admin.Serve(g.adminListener(ln))
+}
+
+// adminListener is ln as the admin server serves it: with raw socket I/O (unless
+// --raw-socket-io=false: every pylon's heartbeat is a read and a write after an idle
+// spell), inside TLS when configured.
+func (g *Gateway) adminListener(ln net.Listener) net.Listener {
 	ln = relay.Listener(ln, !g.cfg.NoRawSocketIO)
 	if g.adminTLS != nil {
 		ln = tls.NewListener(ln, g.adminTLS)
 	}
-	return g.admin.Serve(ln)
+	return ln
 }
 
 // Run listens on the configured address and serves until ctx is done, then shuts down

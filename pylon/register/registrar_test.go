@@ -399,8 +399,8 @@ func TestRegistrarSendsAFullRegistrationWhenMoreThanTheLoadChanged(t *testing.T)
 		r.mu.Lock()
 		r.status = wire.StatusInactive
 		r.mu.Unlock()
-		r.notify.Notify(r.sys.Root, r.pid) // PUT at 1500
-		time.Sleep(time.Second)            // PATCH at 2500
+		r.notify.Notify(r.sys.Root, r.pid)  // PUT at 1500
+		time.Sleep(1100 * time.Millisecond) // PATCH at 2500
 		r.stop()
 		if diff := cmp.Diff([]string{"PUT", "PATCH", "PATCH", "PUT", "PATCH"}, r.methods()); diff != "" {
 			t.Errorf("methods (-want +got):\n%s", diff)
