@@ -41,3 +41,29 @@ func TestClientConnectionsIO(t *testing.T) {
 		})
 	}
 }
+
+// The admin listener's connections are raw too (unless --raw-socket-io=false): each pylon
+// heartbeat is a read and a write after an idle second.
+func TestAdminConnectionsIO(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		noRaw bool
+		want  func(net.Conn) bool
+	}{
+		{"raw", false, func(c net.Conn) bool { _, ok := c.(*relay.RawConn); return ok }},
+		{"plain", true, func(c net.Conn) bool { _, ok := c.(*net.TCPConn); return ok }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, _ := mocktest.Loopback(t)
+			g := &Gateway{cfg: Config{NoRawSocketIO: tc.noRaw}}
+			c, err := g.adminListener(ln).Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if !tc.want(c) {
+				t.Errorf("the admin connection is a %T", c)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/internal/wire"
 )
@@ -23,6 +24,10 @@ var (
 	ErrMethod        = errors.New("method not allowed")
 	ErrShuttingDown  = errors.New("shutting down")
 	ErrUpstreamError = errors.New("upstream transport error")
+	// ErrUnknownBackend and ErrRegistrationRequired refuse a load update: the pylon
+	// sends a full registration instead.
+	ErrUnknownBackend       = fleet.ErrUnknownBackend
+	ErrRegistrationRequired = fleet.ErrRegistrationRequired
 )
 
 // httpError is an error with its HTTP mapping.
@@ -55,6 +60,8 @@ var errorClasses = []struct {
 	{ErrMethod, 405, "invalid_request_error", "method_not_allowed"},
 	{ErrShuttingDown, 503, "server_error", "shutting_down"},
 	{ErrUpstreamError, 502, "server_error", "upstream_error"},
+	{ErrUnknownBackend, 404, "invalid_request_error", "unknown_backend"},
+	{ErrRegistrationRequired, 409, "invalid_request_error", "registration_required"},
 }
 
 // errorFor maps an error to its HTTP answer: an *httpError as it is (made from the

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,7 +60,11 @@ func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 	if !exempt && !g.adminAuthorized(path, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) {
 		g.metrics.inc(mAdminUnauthorized)
 		if strings.HasPrefix(path, wire.RegistrationPath) {
-			g.metrics.inc(mRegistrations, "result", "unauthorized")
+			if ctx.IsPatch() {
+				g.metrics.inc(mLoadUpdates, "result", "unauthorized")
+			} else {
+				g.metrics.inc(mRegistrations, "result", "unauthorized")
+			}
 		}
 		writeError(ctx, fmt.Errorf("%w: a valid bearer token is required (Authorization: Bearer <control token>)", ErrUnauthorized))
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="switchyard-admin"`)
@@ -130,7 +135,7 @@ func (g *Gateway) handleMetrics(ctx *fasthttp.RequestCtx) {
 	g.metrics.write(ctx, g.fleetGauges().write)
 }
 
-// handleControl serves PUT/DELETE /control/v1/backends/{id}.
+// handleControl serves PUT/PATCH/DELETE /control/v1/backends/{id}.
 func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 	if id == "" || strings.Contains(id, "/") {
 		writeError(ctx, fmt.Errorf("%w: backend id missing in the path", ErrNotFound))
@@ -150,9 +155,10 @@ func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 			return
 		}
 		g.metrics.inc(mRegistrations, "result", "accepted")
-		b, _ := json.Marshal(wire.RegistrationAck{GatewayID: g.cfg.GatewayID, HeartbeatMs: uint64(max(g.cfg.Heartbeat.Milliseconds(), 0))})
 		ctx.SetContentType("application/json")
-		ctx.SetBody(b)
+		ctx.SetBody(g.ack)
+	case ctx.IsPatch():
+		g.handleLoadUpdate(ctx, id)
 	case ctx.IsDelete():
 		if !g.fleet.Deregister(id) {
 			writeError(ctx, fmt.Errorf("%w: backend %s is not registered", ErrNotFound, echo.Quote(id)))
@@ -160,7 +166,32 @@ func (g *Gateway) handleControl(ctx *fasthttp.RequestCtx, id string) {
 		}
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	default:
-		writeError(ctx, fmt.Errorf("%w: use PUT or DELETE", ErrMethod))
+		writeError(ctx, fmt.Errorf("%w: use PUT, PATCH or DELETE", ErrMethod))
+	}
+}
+
+// handleLoadUpdate serves PATCH /control/v1/backends/{id}: a load update (wire.LoadUpdate)
+// between full registrations, answered 204 without a body. A backend the gateway does
+// not know (404 unknown_backend) or whose registration does not list a model or generation
+// of the update (409 registration_required) gets the update refused, and its pylon sends
+// a full registration next.
+func (g *Gateway) handleLoadUpdate(ctx *fasthttp.RequestCtx, id string) {
+	u, err := g.limits.ParseLoadUpdate(ctx.PostBody())
+	if err != nil {
+		g.metrics.inc(mLoadUpdates, "result", "invalid")
+		writeError(ctx, fmt.Errorf("%w: %w", ErrBadRequest, err))
+		return
+	}
+	switch err := g.fleet.UpdateLoad(id, &u); {
+	case err == nil:
+		g.metrics.inc(mLoadUpdates, "result", "accepted")
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+	case errors.Is(err, ErrUnknownBackend):
+		g.metrics.inc(mLoadUpdates, "result", "unknown_backend")
+		writeError(ctx, err)
+	default:
+		g.metrics.inc(mLoadUpdates, "result", "registration_required")
+		writeError(ctx, err)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard/engines/mock"
 	"github.com/switchyard/switchyard/gateway"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
 
@@ -208,5 +211,49 @@ func TestFullStackAffinityHold(t *testing.T) {
 			t.Errorf("fallback after %v, want ≥ 100 ms", took)
 		}
 		<-done
+	})
+}
+
+// A real pylon against a real gateway: after its first registration the heartbeats are
+// load updates; when the gateway forgets the backend (here a DELETE, as after a restart),
+// the next update is refused and the pylon registers in full at once, so the backend is
+// back within one heartbeat.
+func TestFullStackLoadUpdates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFullStack(t, "")
+		f.backend(t, "p1", mock.Config{MaxConcurrentRequests: 4, NumTokens: 2, TokenDelay: time.Millisecond}, 1000)
+		time.Sleep(2100 * time.Millisecond) // about ten heartbeats of 200 ms
+		synctest.Wait()
+		counter := func(name, result string) int {
+			m := f.h.do("GET", "/metrics", nil, nil).body
+			for l := range strings.SplitSeq(m, "\n") {
+				if v, ok := strings.CutPrefix(l, "switchyard_"+name+`{result="`+result+`"} `); ok {
+					n, _ := strconv.Atoi(v)
+					return n
+				}
+			}
+			return -1
+		}
+		if full, updates := counter("registrations_total", "accepted"), counter("load_updates_total", "accepted"); full != 1 || updates < 9 {
+			t.Errorf("after 2.1 s: %d full registrations and %d load updates accepted, want 1 and at least 9", full, updates)
+		}
+		if r := f.h.do("DELETE", wire.RegistrationPath+"p1", nil, nil); r.status != 204 {
+			t.Fatalf("DELETE: %d %s", r.status, r.body)
+		}
+		synctest.Wait()
+		if r := f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"x"}]}`), nil); r.status != 404 {
+			t.Fatalf("right after the DELETE: %d, want 404", r.status)
+		}
+		time.Sleep(300 * time.Millisecond) // the next heartbeat: refused, then the full registration
+		synctest.Wait()
+		if got := counter("load_updates_total", "unknown_backend"); got != 1 {
+			t.Errorf("%d load updates refused as unknown_backend, want 1", got)
+		}
+		if got := counter("registrations_total", "accepted"); got != 2 {
+			t.Errorf("%d full registrations, want 2 (the start and the fallback)", got)
+		}
+		if r := f.h.do("POST", "/v1/chat/completions", []byte(`{"model":"dummy-model","messages":[{"role":"user","content":"x"}]}`), nil); r.status != 200 {
+			t.Errorf("one heartbeat after the DELETE: %d %s, want the backend back", r.status, r.body)
+		}
 	})
 }

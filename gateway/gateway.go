@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,7 +85,7 @@ type Config struct {
 	ControlTokenFile      string
 	InsecureNoControlAuth bool
 	// WorkerCredentialsFile holds per-pylon registration credentials, "<inference-server-id>
-	// <token>" per line ("*": any pylon), re-read on change: a registration (PUT or DELETE
+	// <token>" per line ("*": any pylon), re-read on change: a registration (PUT, PATCH or DELETE
 	// of wire.RegistrationPath + id) is accepted with a token listed for its id, or with
 	// the control token. Other admin paths still need the control token.
 	WorkerCredentialsFile string
@@ -342,6 +343,7 @@ type Gateway struct {
 	upstreamTLS          *tls.Config
 	listeners            listenerSet
 	limits               wire.Limits // what a registration may hold
+	ack                  []byte      // the answer to an accepted registration (a wire.RegistrationAck)
 	draining             atomic.Bool
 	idSeq                atomic.Uint64
 	idPrefix             string
@@ -386,6 +388,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		g.upstream.Watch(g.stopWatch)
 	}()
 	g.limits = wire.Limits{MaxModels: cfg.MaxModelsPerBackend, MaxBodyBytes: cfg.MaxAdminBodyBytes}
+	g.ack, _ = json.Marshal(wire.RegistrationAck{GatewayID: cfg.GatewayID, HeartbeatMs: uint64(max(cfg.Heartbeat.Milliseconds(), 0)), LoadUpdates: true})
 	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{
 		Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace,
 		MaxEjectionPercent: cfg.OutlierMaxEjectionPercent,
@@ -507,10 +510,18 @@ func (g *Gateway) ServeAdmin(ln net.Listener) error {
 	if !g.listeners.add(ln) {
 		return nil
 	}
+	return g.admin.Serve(g.adminListener(ln))
+}
+
+// adminListener is ln as the admin server serves it: with raw socket I/O (unless
+// --raw-socket-io=false: every pylon's heartbeat is a read and a write after an idle
+// spell), inside TLS when configured.
+func (g *Gateway) adminListener(ln net.Listener) net.Listener {
+	ln = relay.Listener(ln, !g.cfg.NoRawSocketIO)
 	if g.adminTLS != nil {
-		ln = tls.NewListener(relay.Listener(ln, !g.cfg.NoRawSocketIO), g.adminTLS)
+		ln = tls.NewListener(ln, g.adminTLS)
 	}
-	return g.admin.Serve(ln)
+	return ln
 }
 
 // Run listens on the configured address and serves until ctx is done, then shuts down

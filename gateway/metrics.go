@@ -33,6 +33,7 @@ const (
 	mParked           = "parked_requests"
 	mActiveBackends   = "active_inference_servers"
 	mRegistrations    = "registrations_total"
+	mLoadUpdates      = "load_updates_total"
 	mLBConfigReloads  = "lb_config_reloads_total"
 	mLoadReports      = "load_reports_total"
 	mClientCancelled  = "client_cancelled_total"

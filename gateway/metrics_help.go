@@ -35,6 +35,7 @@ var metricsHelp = map[string]string{
 	mActiveBackends:    "Backends routable for the target (routing key × model): active and with a measured RTT.",
 	mRoutableBackends:  "Backends routable for at least one model; 0 means every request fails.",
 	mRegistrations:     "Pylon registrations and heartbeats by result (accepted, invalid, conflict, unauthorized).",
+	mLoadUpdates:       "Pylon load updates (heartbeats between full registrations) by result (accepted, invalid, unknown_backend, registration_required, unauthorized).",
 	mLBConfigReloads:   "Reloads of the lb-config file by result (applied, rejected).",
 	mLoadReports:       "Load reports (x-pylon-load) from pylons by result (applied, invalid).",
 	mClientCancelled:   "Requests whose client went away before the answer ended.",
@@ -86,6 +87,9 @@ func (m *gatewayMetrics) zeroTarget(t dispatch.Target) {
 func (m *gatewayMetrics) zeroGateway() {
 	for _, r := range []string{"accepted", "invalid", "conflict", "unauthorized"} {
 		m.set.GetOrCreateCounter(m.series(mRegistrations, "result", r))
+	}
+	for _, r := range []string{"accepted", "invalid", "unknown_backend", "registration_required", "unauthorized"} {
+		m.set.GetOrCreateCounter(m.series(mLoadUpdates, "result", r))
 	}
 	for _, r := range []string{"applied", "rejected"} {
 		m.set.GetOrCreateCounter(m.series(mLBConfigReloads, "result", r))

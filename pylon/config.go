@@ -29,6 +29,7 @@ const (
 	DefaultStatsStreamPath       = "/pylon/v1/stats/stream"
 	DefaultMinUpdateInterval     = time.Second
 	DefaultStatsUpdateCoalesce   = 10 * time.Millisecond
+	DefaultFullRegistration      = 30 * time.Second
 	DefaultGatewayDNSInterval    = 5 * time.Second
 	DefaultCanaryInterval        = 5 * time.Second
 	DefaultCanaryTimeout         = 5 * time.Second
@@ -93,6 +94,9 @@ type Config struct {
 
 	MinUpdateInterval   time.Duration // registration heartbeat (1 s)
 	StatsUpdateCoalesce time.Duration // change-driven update spacing (10 ms)
+	// FullRegistrationInterval is the longest time between full registrations to a
+	// gateway that takes load updates (30 s); 0 sends full registrations only.
+	FullRegistrationInterval time.Duration
 
 	Admission                 admission.Config // Enabled true, 25 ms, 1.25 by default
 	QueueMismatchRetryAfterMs uint64           // optional retry hint on 429 (0 = none)
@@ -158,7 +162,7 @@ func DefaultConfig() Config {
 	return Config{
 		ListenAddr: DefaultListenAddr, ID: DefaultID,
 		EngineStatsStream: engine.ModeAuto, EngineStatsStreamPath: DefaultStatsStreamPath, EngineMetrics: "off",
-		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce,
+		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce, FullRegistrationInterval: DefaultFullRegistration,
 		GatewayDNSInterval: DefaultGatewayDNSInterval,
 		CanaryInterval:     DefaultCanaryInterval, CanaryTimeout: DefaultCanaryTimeout, CanaryThreshold: DefaultCanaryThreshold,
 		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
@@ -247,6 +251,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StatsUpdateCoalesce < 0 {
 		bad("stats-update-coalesce must be ≥ 0")
+	}
+	if c.FullRegistrationInterval < 0 {
+		bad("full-registration-interval must be ≥ 0")
 	}
 	if t := c.Admission.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t <= 0 {
 		bad("queue-admission-tolerance %v must be a finite value > 0", t)

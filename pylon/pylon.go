@@ -36,6 +36,7 @@ import (
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/secret"
 	"github.com/switchyard/switchyard/internal/tlsx"
+	"github.com/switchyard/switchyard/pylon/register"
 )
 
 // Deps are the pylon's collaborators; zero fields get production defaults.
@@ -74,6 +75,10 @@ type Pylon struct {
 	clients      *clientConns // the server's connections
 	control      *fasthttp.Client
 	upstreamHost string
+
+	// controlTransport sends the registrars' requests on control (register.HTTPTransport).
+	controlTransport register.Transport
+
 	// upstreamScheme is the engine's URL scheme: every relayed request gets it (one from a
 	// TLS gateway connection arrives as https).
 	upstreamScheme string
@@ -174,6 +179,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		},
 	}
 	p.control = &fasthttp.Client{Dial: dial, TLSConfig: clientTLS, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
+	p.controlTransport = register.HTTPTransport(p.control, p.fileToken)
 	p.server = p.newServer("switchyard-pylon")
 	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
 	p.admin = &fasthttp.Server{

@@ -101,7 +101,10 @@ func (p *Pylon) spawnRegistrar(gw string) registrarRef {
 	connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
 	notify := &register.Notifier{}
 	pid := p.sys.Root.Spawn(register.Props(
-		register.Config{GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce},
+		register.Config{
+			GatewayURL: gw, ID: p.cfg.ID, Token: p.cfg.ControlToken, Heartbeat: p.cfg.MinUpdateInterval, Coalesce: p.cfg.StatsUpdateCoalesce,
+			FullInterval: p.cfg.FullRegistrationInterval,
+		},
 		register.Deps{
 			Snapshot: p.snapshot, Transport: p.transport, Now: p.now, Logger: p.baseLog, Notifier: notify, Delivered: p.delivered,
 			OnConnected: func(ok bool) {

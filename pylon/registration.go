@@ -1,10 +1,7 @@
 package pylon
 
 import (
-	"bytes"
 	"context"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon/register"
@@ -108,26 +105,16 @@ func (p *Pylon) scheme() string {
 	return "http://"
 }
 
-// transport performs one control-plane request.
-func (p *Pylon) transport(_ context.Context, method, uri, token string, body []byte) (int, []byte, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(uri)
-	req.Header.SetMethod(method)
+// transport performs one control-plane request (register.HTTPTransport on the control
+// client, with the token from --control-token-file when one is configured).
+func (p *Pylon) transport(ctx context.Context, method, uri, token string, body []byte) (int, []byte, error) {
+	return p.controlTransport(ctx, method, uri, token, body)
+}
+
+// fileToken is the control token read from --control-token-file ("" without one).
+func (p *Pylon) fileToken() string {
 	if p.token.Configured() {
-		token = p.token.Value()
+		return p.token.Value()
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if body != nil {
-		req.Header.SetContentType("application/json")
-		req.SetBodyRaw(body)
-	}
-	if err := p.control.DoTimeout(req, resp, register.DefaultSendTimeout); err != nil {
-		return 0, nil, err
-	}
-	return resp.StatusCode(), bytes.Clone(resp.Body()), nil
+	return ""
 }

@@ -59,6 +59,7 @@ type cli struct {
 	KVCacheStatsPath             string        `name:"kv-cache-stats-path" help:"Engine path polled every second for KV cache stats (empty = off)."`
 	MinUpdateInterval            time.Duration `name:"min-update-interval" default:"1s" help:"Registration heartbeat period (100ms to 1m)."`
 	StatsUpdateCoalesce          time.Duration `name:"stats-update-coalesce" default:"10ms" help:"Minimum spacing of change-driven registration updates."`
+	FullRegistrationInterval     time.Duration `name:"full-registration-interval" default:"30s" help:"Longest time between full registrations to a gateway that takes load updates; the heartbeats and changes in between send only the load while nothing else changed (0 = full registrations only)."`
 
 	QueueAdmission             bool          `name:"queue-admission" default:"true" negatable:"" help:"Local queue admission."`
 	QueueAdmissionMinDelta     time.Duration `name:"queue-admission-min-delta" default:"25ms" help:"Additive admission tolerance (whole milliseconds)."`
@@ -117,7 +118,7 @@ func (c *cli) config() pylon.Config {
 	cfg.CalibrationRequests, cfg.CalibrationPromptUnits, cfg.CalibrationMaxConcurrency = c.CalibrationRequests, c.CalibrationPromptUnit, c.CalibrationMaxConc
 	cfg.CalibrationTimeout = c.CalibrationTimeout
 	cfg.EngineStatsStream, cfg.EngineStatsStreamPath, cfg.EngineMetrics, cfg.KVCacheStatsPath = c.EngineStatsStream, c.EngineStatsStreamPath, c.EngineMetrics, c.KVCacheStatsPath
-	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce = c.MinUpdateInterval, c.StatsUpdateCoalesce
+	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce, cfg.FullRegistrationInterval = c.MinUpdateInterval, c.StatsUpdateCoalesce, c.FullRegistrationInterval
 	cfg.GatewayDNS, cfg.GatewayDNSInterval = c.GatewayDNS, c.GatewayDNSInterval
 	cfg.CanaryInterval, cfg.CanaryTimeout, cfg.CanaryThreshold = c.ActiveCanaryInterval, c.BringupCanaryTimeout, c.CanaryMaxGenerationThreshold
 	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: wholeMs(c.QueueAdmissionMinDelta), Tolerance: c.QueueAdmissionTolerance}

@@ -20,6 +20,12 @@ type (
 		reg wire.Registration
 		at  time.Time
 	}
+	// loadUpdated is a pylon's load update (Fleet.UpdateLoad); the update belongs to the
+	// actor once sent.
+	loadUpdated struct {
+		update *wire.LoadUpdate
+		at     time.Time
+	}
 	// loadReported is a pylon's x-pylon-load report, sent as *loadReported from reportPool;
 	// the actor owns it once sent and puts it back after applying it.
 	loadReported struct {
@@ -53,7 +59,6 @@ type modelView struct {
 	status     string
 	generation uint64
 	build      uint64 // the pylon's snapshot build the view's load comes from (0 = unknown)
-	stats      wire.Stats
 	view       dispatch.BackendView
 	// scheduler is the model's scheduler, attached (Directory.Attach) from the first
 	// registration listing the model until the model is dropped: while attached, the
@@ -70,9 +75,12 @@ type backendActor struct {
 	hasRTT   bool
 	lastSeen time.Time
 	deadline time.Time
-	alarm    *actors.Alarm
-	gone     bool
-	health   health
+	// heartbeat is the last registration's heartbeat (the gateway's default when it
+	// sets none): load updates refresh the deadline with it.
+	heartbeat time.Duration
+	alarm     *actors.Alarm
+	gone      bool
+	health    health
 	// incarnated is set once the actor was made (see incarnate).
 	incarnated bool
 }
@@ -127,6 +135,9 @@ func (a *backendActor) Receive(c actor.Context) {
 		a.removeAll()
 	case registered:
 		a.onRegistered(m)
+		a.rearm(a.fleet.deps.Now())
+	case loadUpdated:
+		a.onLoadUpdated(m)
 		a.rearm(a.fleet.deps.Now())
 	case *loadReported:
 		a.onLoad(m)
@@ -210,12 +221,18 @@ func (a *backendActor) drop(model string, mv *modelView) {
 	a.fleet.deps.Schedulers.Detach(a.target(model))
 }
 
+// seen refreshes the backend's liveness: it expires missedHeartbeats heartbeats (at least
+// MinExpiry) after at unless it is heard from again.
+func (a *backendActor) seen(at time.Time) {
+	a.lastSeen, a.deadline = at, at.Add(max(missedHeartbeats*a.heartbeat, a.fleet.deps.MinExpiry))
+}
+
 func (a *backendActor) onRegistered(m registered) {
-	hb := time.Duration(min(m.reg.HeartbeatMs, 3_600_000)) * time.Millisecond
-	if hb <= 0 {
-		hb = a.fleet.deps.DefaultHeartbeat
+	a.heartbeat = time.Duration(min(m.reg.HeartbeatMs, 3_600_000)) * time.Millisecond
+	if a.heartbeat <= 0 {
+		a.heartbeat = a.fleet.deps.DefaultHeartbeat
 	}
-	a.lastSeen, a.deadline = m.at, m.at.Add(max(missedHeartbeats*hb, a.fleet.deps.MinExpiry))
+	a.seen(m.at)
 	for name, mv := range a.models {
 		if _, ok := m.reg.Models[name]; !ok {
 			delete(a.models, name)
@@ -229,19 +246,45 @@ func (a *backendActor) onRegistered(m registered) {
 			continue // validated by the control endpoint
 		}
 		reg := wire.LoadReport{Generation: rm.Generation, Build: rm.Build, DispatchSeq: m.reg.DispatchSeq, Load: l}
-		next := reg
 		mv, ok := a.models[name]
-		if ok {
-			next = reg.Registered(&wire.LoadReport{Generation: mv.generation, Build: mv.build, DispatchSeq: mv.view.SeqEcho, Load: mv.view.Load})
-		} else {
+		if !ok {
 			mv = &modelView{scheduler: a.fleet.deps.Schedulers.Attach(a.target(name))}
 			a.models[name] = mv
 		}
-		mv.status, mv.generation, mv.build, mv.stats = rm.Status, next.Generation, next.Build, rm.Stats
-		mv.view.Load, mv.view.SeqEcho = next.Load, next.DispatchSeq
-		mv.view.UpdatedAt = m.at
-		a.notify(mv)
+		mv.status = rm.Status
+		a.applySnapshot(mv, &reg, ok, m.at)
 	}
+}
+
+// onLoadUpdated applies a load update: the models it lists take its stats as they would
+// a registration's (capabilities and sources stay those of the last registration); a
+// model or generation the backend does not list any more (a registration overtook the
+// update) is left alone.
+func (a *backendActor) onLoadUpdated(m loadUpdated) {
+	a.seen(m.at)
+	for i := range m.update.Models {
+		r := &m.update.Models[i]
+		mv, ok := a.models[r.Model]
+		if !ok || mv.generation != r.Generation {
+			continue
+		}
+		r.Load.Capabilities, r.Load.Sources = mv.view.Load.Capabilities, mv.view.Load.Sources
+		a.applySnapshot(mv, r, true, m.at)
+	}
+}
+
+// applySnapshot sets mv's load from a pylon snapshot (a registration's or a load
+// update's) taken as of at; known says mv already holds a view, which a snapshot older
+// than the load reports applied since only completes (LoadReport.Registered).
+func (a *backendActor) applySnapshot(mv *modelView, snap *wire.LoadReport, known bool, at time.Time) {
+	next := *snap
+	if known {
+		next = snap.Registered(&wire.LoadReport{Generation: mv.generation, Build: mv.build, DispatchSeq: mv.view.SeqEcho, Load: mv.view.Load})
+	}
+	mv.generation, mv.build = next.Generation, next.Build
+	mv.view.Load, mv.view.SeqEcho = next.Load, next.DispatchSeq
+	mv.view.UpdatedAt = at
+	a.notify(mv)
 }
 
 func (a *backendActor) onLoad(m *loadReported) {
@@ -284,7 +327,6 @@ func (a *backendActor) stateNow() *State {
 	}
 	for name, mv := range a.models {
 		st := wire.StatsFromLoad(&mv.view.Load)
-		st.OutputTPS, st.MaxOutputTPS = mv.stats.OutputTPS, mv.stats.MaxOutputTPS
 		s.Models[name] = &ModelState{
 			Status: mv.status, Generation: mv.generation, SeqEcho: mv.view.SeqEcho, Stats: st,
 			StatsAgeMs: now.Sub(mv.view.UpdatedAt).Milliseconds(),

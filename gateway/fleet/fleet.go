@@ -26,6 +26,16 @@ import (
 // ErrConflict means a live registration tried to change its id, URL, cluster or routing key.
 var ErrConflict = errors.New("registration conflicts with the live registration")
 
+// Errors of UpdateLoad: the pylon should send a full registration.
+var (
+	// ErrUnknownBackend means no live backend has the load update's id (the gateway
+	// restarted, or the backend expired or deregistered).
+	ErrUnknownBackend = errors.New("unknown backend")
+	// ErrRegistrationRequired means a load update names a model, or a generation of one,
+	// that the backend's registration does not list.
+	ErrRegistrationRequired = errors.New("a full registration is required")
+)
+
 // Deps are the fleet's dependencies.
 type Deps struct {
 	Now    func() time.Time
@@ -80,6 +90,9 @@ type Backend struct {
 	failing atomic.Bool
 	pid     *actor.PID
 	cancel  context.CancelFunc
+	// models is the model → generation map of the last registration accepted, which
+	// load updates are checked against (written by Register, read by UpdateLoad).
+	models atomic.Pointer[map[string]uint64]
 	// The report slot: the latest load report its actor has not taken yet (reports are
 	// latest-wins, so under load many collapse into one actor message).
 	reportMu  sync.Mutex
@@ -171,6 +184,7 @@ func (f *Fleet) Register(reg wire.Registration) error {
 		if b.URL != reg.URL || b.ClusterID != reg.ClusterID || b.RoutingKey != reg.RoutingKey {
 			return fmt.Errorf("%w: backend %s is live with url %s, cluster %s, routing key %q", ErrConflict, b.ID, b.URL, b.ClusterID, b.RoutingKey)
 		}
+		b.setModels(&reg)
 		f.deps.System.Root.Send(b.pid, registered{reg: reg, at: f.deps.Now()})
 		return nil
 	}
@@ -183,6 +197,7 @@ func (f *Fleet) Register(reg wire.Registration) error {
 		ID: reg.ID, URL: reg.URL, ClusterID: reg.ClusterID, RoutingKey: reg.RoutingKey, Client: f.deps.NewClient(u),
 		IDBytes: []byte(reg.ID), URLBytes: []byte(reg.URL), ClusterIDBytes: []byte(reg.ClusterID),
 	}
+	b.setModels(&reg)
 	a := &backendActor{fleet: f, b: b, models: map[string]*modelView{}}
 	// Inline mailbox: reports from handlers are applied on their goroutine when the actor
 	// is idle (no goroutine hop, no allocation), still one message at a time.
@@ -196,6 +211,49 @@ func (f *Fleet) Register(reg wire.Registration) error {
 		f.wg.Add(1)
 		go f.probeLoop(ctx, b)
 	}
+	return nil
+}
+
+// setModels records the models and generations reg lists (the load updates' reference).
+func (b *Backend) setModels(reg *wire.Registration) {
+	if cur := b.models.Load(); cur != nil && len(*cur) == len(reg.Models) {
+		same := true
+		for name := range reg.Models {
+			if g, ok := (*cur)[name]; !ok || g != reg.Models[name].Generation {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	m := make(map[string]uint64, len(reg.Models))
+	for name := range reg.Models {
+		m[name] = reg.Models[name].Generation
+	}
+	b.models.Store(&m)
+}
+
+// UpdateLoad applies a pylon's load update (wire.LoadUpdate) to backend id: like a
+// registration it refreshes the backend's liveness and replaces each listed model's
+// stats (ordered against the load reports as a registration is), and it changes nothing
+// else. ErrUnknownBackend when no live backend has the id, ErrRegistrationRequired when
+// the update names a model or generation the backend's registration does not list: the
+// pylon then sends a full registration. The fleet keeps u.
+func (f *Fleet) UpdateLoad(id string, u *wire.LoadUpdate) error {
+	b := f.Get(id)
+	if b == nil {
+		return fmt.Errorf("%w: backend %q is not registered; send a full registration", ErrUnknownBackend, id)
+	}
+	models := *b.models.Load()
+	for i := range u.Models {
+		r := &u.Models[i]
+		if g, ok := models[r.Model]; !ok || g != r.Generation {
+			return fmt.Errorf("%w: backend %s's registration does not list generation %d of model %q", ErrRegistrationRequired, id, r.Generation, r.Model)
+		}
+	}
+	f.deps.System.Root.Send(b.pid, loadUpdated{update: u, at: f.deps.Now()})
 	return nil
 }
 

@@ -69,6 +69,9 @@ type Stats struct {
 type RegistrationAck struct {
 	GatewayID   string `json:"gateway_id"`
 	HeartbeatMs uint64 `json:"heartbeat_ms"`
+	// LoadUpdates says the gateway takes load updates (LoadUpdate) between full
+	// registrations; absent (older gateways): full registrations only.
+	LoadUpdates bool `json:"load_updates,omitempty"`
 }
 
 // StatsFromLoad converts a load to its wire stats.

@@ -1,8 +1,11 @@
-// Package register is the pylon's registrar: one protoactor actor per gateway that PUTs the
-// full registration snapshot (wire.Registration) every heartbeat and, coalesced, on every
+// Package register is the pylon's registrar: one protoactor actor per gateway that sends
+// the registration snapshot (wire.Registration) every heartbeat and, coalesced, on every
 // change, backs off exponentially with jitter while the gateway is unreachable or refuses,
-// and learns the gateway's id from its ack. The HTTP exchange runs in a goroutine the actor
-// starts; its result comes back as a message, so Receive never blocks.
+// and learns the gateway's id from its ack. A gateway whose ack offers load updates gets,
+// between full registrations (PUT), only the snapshot's load (wire.LoadUpdate, PATCH) as
+// long as nothing else changed, with a full registration at least every
+// Config.FullInterval and at once after it refuses an update. The HTTP exchange runs in a
+// goroutine the actor starts; its result comes back as a message, so Receive never blocks.
 package register
 
 import (
@@ -11,6 +14,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,14 +52,20 @@ func (n *Notifier) Notify(sender actor.SenderContext, pid *actor.PID) {
 	}
 }
 
-// sent is the result of one PUT.
+// sent is the result of one send.
 type sent struct {
 	status int
 	ack    wire.RegistrationAck
 	err    error
+	// load marks a load update (else a full registration, whose structure key and send
+	// time are key and at).
+	load bool
+	key  string
+	at   time.Time
 }
 
-// Transport performs one control request and returns the status and body.
+// Transport performs one control request and returns the status and body. A PATCH body is
+// a load update (Content-Type wire.LoadUpdateContentType), a PUT body JSON.
 type Transport func(ctx context.Context, method, url, token string, body []byte) (status int, respBody []byte, err error)
 
 // Config configures one registrar.
@@ -68,6 +80,10 @@ type Config struct {
 	Heartbeat time.Duration
 	// Coalesce is the minimum spacing of change-driven sends (default 10 ms).
 	Coalesce time.Duration
+	// FullInterval is the longest time between two full registrations to a gateway that
+	// takes load updates: the sends in between are load updates while only the load
+	// changed. 0: every send is a full registration.
+	FullInterval time.Duration
 }
 
 // Deps are the registrar's collaborators.
@@ -119,6 +135,16 @@ type Registrar struct {
 	failing   bool
 	nextAt    time.Time
 	backoff   time.Duration
+
+	// Load updates: loadOK says the gateway's last ack offered them, fullKey and lastFull
+	// are the structure and send time of the last full registration it accepted; needFull
+	// makes the next send a full registration (after a failure or a refused update) and
+	// resend makes it go at once.
+	loadOK   bool
+	fullKey  string
+	lastFull time.Time
+	needFull bool
+	resend   bool
 }
 
 // Props returns the props of a registrar for cfg. It stays on protoactor's default
@@ -173,7 +199,14 @@ func (r *Registrar) Receive(c actor.Context) {
 }
 
 func (r *Registrar) done(m *sent) {
-	ok := m.err == nil && m.status == 200
+	ok := m.err == nil && (m.status == 200 || (m.load && m.status == 204))
+	if m.load && m.err == nil && !ok {
+		// The gateway refused the load update (it does not know the backend, or it
+		// holds another registration): a full registration goes out at once.
+		r.deps.Logger.Info("load_update_refused", "status", m.status, "detail", "sending a full registration")
+		r.needFull, r.resend = true, true
+		return
+	}
 	if r.deps.OnConnected != nil {
 		r.deps.OnConnected(ok)
 	}
@@ -182,6 +215,9 @@ func (r *Registrar) done(m *sent) {
 			r.deps.Logger.Info("registration_recovered")
 		}
 		r.failing, r.backoff = false, BackoffMin
+		if !m.load {
+			r.loadOK, r.fullKey, r.lastFull, r.needFull = m.ack.LoadUpdates, m.key, m.at, false
+		}
 		if m.ack.GatewayID != "" && m.ack.GatewayID != r.gatewayID {
 			r.gatewayID = m.ack.GatewayID
 			if r.deps.OnAck != nil {
@@ -196,6 +232,7 @@ func (r *Registrar) done(m *sent) {
 	r.deps.Logger.Warn("registration_failed", "status", m.status, "err", m.err, "retry_in", wait)
 	r.failing, r.nextAt = true, now.Add(wait)
 	r.backoff = min(2*r.backoff, BackoffMax)
+	r.needFull = true // the gateway may have restarted meanwhile
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -210,6 +247,8 @@ func (r *Registrar) due() time.Time {
 	switch {
 	case r.failing:
 		return r.nextAt
+	case r.resend:
+		return time.Time{}
 	case r.dirty:
 		return r.lastSent.Add(r.cfg.Coalesce)
 	default:
@@ -236,7 +275,7 @@ func (r *Registrar) send(c actor.Context, now time.Time) {
 			r.deps.Notifier.pending.Store(false) // a change from now on notifies again
 		}
 	}
-	if heartbeat := !now.Before(r.lastSent.Add(r.cfg.Heartbeat)); !heartbeat && !r.failing && r.gatewayID != "" && r.deps.Delivered != nil {
+	if heartbeat := !now.Before(r.lastSent.Add(r.cfg.Heartbeat)); !heartbeat && !r.failing && !r.resend && r.gatewayID != "" && r.deps.Delivered != nil {
 		switch r.deps.Delivered(r.gatewayID) {
 		case Held:
 			reopen()
@@ -252,27 +291,70 @@ func (r *Registrar) send(c actor.Context, now time.Time) {
 	reopen()
 	reg := r.deps.Snapshot(r.gatewayID)
 	reg.HeartbeatMs = uint64(max(r.cfg.Heartbeat.Milliseconds(), 0))
-	body, err := json.Marshal(&reg)
-	if err != nil {
-		r.deps.Logger.Error("registration_encode_failed", "err", err)
-		r.dirty, r.lastSent = false, now // retry with the next heartbeat
-		r.alarm.Arm(now, now.Add(r.cfg.Heartbeat))
-		return
+	res := &sent{key: structureKey(&reg), at: now}
+	method, body := "PUT", []byte(nil)
+	if r.loadOK && !r.needFull && r.cfg.FullInterval > 0 && now.Before(r.lastFull.Add(r.cfg.FullInterval)) && res.key == r.fullKey {
+		if u, ok := wire.LoadUpdateOf(&reg); ok {
+			method, body, res.load = "PATCH", wire.AppendLoadUpdate(nil, &u), true
+		}
 	}
-	r.inFlight, r.dirty, r.lastSent = true, false, now
+	if !res.load {
+		var err error
+		if body, err = json.Marshal(&reg); err != nil {
+			r.deps.Logger.Error("registration_encode_failed", "err", err)
+			r.dirty, r.resend, r.lastSent = false, false, now // retry with the next heartbeat
+			r.alarm.Arm(now, now.Add(r.cfg.Heartbeat))
+			return
+		}
+	}
+	r.inFlight, r.dirty, r.resend, r.lastSent = true, false, false, now
 	root, self := c.ActorSystem().Root, c.Self()
 	url := r.cfg.GatewayURL + wire.RegistrationPath + r.cfg.ID
 	transport, token := r.deps.Transport, r.cfg.Token
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultSendTimeout)
 		defer cancel()
-		status, respBody, err := transport(ctx, "PUT", url, token, body)
-		res := &sent{status: status, err: err}
-		if err == nil && status == 200 {
+		status, respBody, err := transport(ctx, method, url, token, body)
+		res.status, res.err = status, err
+		if err == nil && status == 200 && !res.load {
 			if jerr := json.Unmarshal(respBody, &res.ack); jerr != nil {
 				res.err = fmt.Errorf("decode ack: %w", jerr)
 			}
 		}
 		root.Send(self, res)
 	}()
+}
+
+// structureKey is what a load update cannot carry of reg: identity, URL, cluster, routing
+// key, heartbeat, and each model's name, status, generation, capabilities and sources. A
+// change to any of them needs a full registration.
+func structureKey(reg *wire.Registration) string {
+	var b strings.Builder
+	for _, s := range []string{reg.ID, reg.URL, reg.ClusterID, reg.RoutingKey, strconv.FormatUint(reg.HeartbeatMs, 10)} {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	names := make([]string, 0, len(reg.Models))
+	for name := range reg.Models {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		m := reg.Models[name]
+		b.WriteString(name)
+		b.WriteByte(0)
+		b.WriteString(m.Status)
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatUint(m.Generation, 10))
+		for _, list := range [][]string{m.Stats.StatsCapabilities, m.Stats.StatsSources} {
+			b.WriteByte(0)
+			b.WriteString(strconv.Itoa(len(list)))
+			for _, s := range list {
+				b.WriteByte(1)
+				b.WriteString(s)
+			}
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
 }

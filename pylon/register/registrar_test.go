@@ -28,7 +28,8 @@ type call struct {
 	method string
 	url    string
 	token  string
-	reg    wire.Registration
+	reg    wire.Registration // a PUT's
+	upd    wire.LoadUpdate   // a PATCH's
 }
 
 // rig is one registrar in its own actor system with a scripted transport.
@@ -44,10 +45,18 @@ type rig struct {
 	snapshots []string // gateway ids passed to Snapshot
 	answer    func(n int) (int, []byte, error)
 	delivered atomic.Uint32 // what Deps.Delivered answers (a register.Delivery)
+	status    string        // the model's status in the snapshots (default ACTIVE)
+	queue     uint64        // the model's queue size in the snapshots
 }
 
 func ack(gatewayID string) []byte {
 	b, _ := json.Marshal(wire.RegistrationAck{GatewayID: gatewayID, HeartbeatMs: 1000})
+	return b
+}
+
+// loadAck is the ack of a gateway that takes load updates.
+func loadAck(gatewayID string) []byte {
+	b, _ := json.Marshal(wire.RegistrationAck{GatewayID: gatewayID, HeartbeatMs: 1000, LoadUpdates: true})
 	return b
 }
 
@@ -64,12 +73,24 @@ func newRig(t *testing.T, cfg register.Config, jitter func(time.Duration) time.D
 			if gatewayID == "gw-1" {
 				seq = 42 // this gateway's dispatch sequence
 			}
-			return wire.Registration{ID: "p1", URL: "http://p1:8100", DispatchSeq: seq, Models: map[string]wire.Model{}}
+			status := r.status
+			if status == "" {
+				status = wire.StatusActive
+			}
+			return wire.Registration{ID: "p1", URL: "http://p1:8100", DispatchSeq: seq, Models: map[string]wire.Model{
+				"m": {Status: status, Generation: 1, Stats: wire.Stats{QueueSize: r.queue}},
+			}}
 		},
 		Transport: func(_ context.Context, method, url, token string, body []byte) (int, []byte, error) {
 			c := call{at: time.Since(r.start), method: method, url: url, token: token}
-			if err := json.Unmarshal(body, &c.reg); err != nil {
-				t.Errorf("body %s: %v", body, err)
+			var err error
+			if method == "PATCH" {
+				c.upd, err = wire.DefaultLimits().ParseLoadUpdate(body)
+			} else {
+				err = json.Unmarshal(body, &c.reg)
+			}
+			if err != nil {
+				t.Errorf("%s body %s: %v", method, body, err)
 			}
 			r.mu.Lock()
 			n := len(r.calls)
@@ -284,6 +305,115 @@ func TestRegistrarSkipsChangesTheGatewayHolds(t *testing.T) {
 		r.stop()
 		if diff := cmp.Diff(ms(0, 10, 1010, 1700, 1860), r.times()); diff != "" {
 			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// methods lists the calls' methods.
+func (r *rig) methods() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.calls))
+	for i := range r.calls {
+		out[i] = r.calls[i].method
+	}
+	return out
+}
+
+// A gateway that takes load updates gets, between full registrations (PUT, at least every
+// FullInterval), load updates (PATCH) carrying the snapshot's load and its dispatch seq.
+func TestRegistrarSendsLoadUpdatesBetweenFullRegistrations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Token: "s3cret", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond, FullInterval: 5 * time.Second}
+		r := newRig(t, cfg, noJitter, func(n int) (int, []byte, error) {
+			if n == 0 || n == 6 || n == 11 {
+				return 200, loadAck("gw-1"), nil
+			}
+			return 204, nil, nil
+		})
+		r.mu.Lock()
+		r.queue = 7
+		r.mu.Unlock()
+		time.Sleep(10500 * time.Millisecond)
+		r.stop()
+		// The start-up PUT; at 10 ms the first load update with the learnt gateway's seq;
+		// every heartbeat a load update, and a full registration once the last accepted one
+		// is FullInterval old (at 5010 and 10010).
+		if diff := cmp.Diff(ms(0, 10, 1010, 2010, 3010, 4010, 5010, 6010, 7010, 8010, 9010, 10010), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+		want := []string{"PUT", "PATCH", "PATCH", "PATCH", "PATCH", "PATCH", "PUT", "PATCH", "PATCH", "PATCH", "PATCH", "PUT"}
+		if diff := cmp.Diff(want, r.methods()); diff != "" {
+			t.Errorf("methods (-want +got):\n%s", diff)
+		}
+		c := r.calls[1]
+		if c.url != "http://gw"+wire.RegistrationPath+"p1" || c.token != "s3cret" || c.upd.DispatchSeq != 42 || len(c.upd.Models) != 1 ||
+			c.upd.Models[0].Model != "m" || c.upd.Models[0].Generation != 1 || c.upd.Models[0].Load.QueueSize != 7 {
+			t.Errorf("load update %+v", c)
+		}
+	})
+}
+
+// A load update the gateway refuses (it restarted and does not know the backend) is
+// followed at once by a full registration; the load updates resume after it. A failed
+// send also makes the next one a full registration.
+func TestRegistrarFallsBackToAFullRegistration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond, FullInterval: time.Minute}
+		r := newRig(t, cfg, noJitter, func(n int) (int, []byte, error) {
+			switch n {
+			case 2:
+				return 404, []byte(`{"error":{"code":"unknown_backend"}}`), nil
+			case 5:
+				return 0, nil, errors.New("connection refused")
+			case 0, 3, 6:
+				return 200, loadAck("gw-1"), nil
+			}
+			return 204, nil, nil
+		})
+		time.Sleep(4500 * time.Millisecond)
+		r.stop()
+		// 0 PUT, 10 PATCH (seq), 1010 PATCH refused → PUT at once, 2010 PATCH, 3010
+		// PATCH fails → backoff 1 s → 4010 PUT.
+		if diff := cmp.Diff(ms(0, 10, 1010, 1010, 2010, 3010, 4010), r.times()); diff != "" {
+			t.Errorf("send times (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"PUT", "PATCH", "PATCH", "PUT", "PATCH", "PATCH", "PUT"}, r.methods()); diff != "" {
+			t.Errorf("methods (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// Anything but the load changed (here a model's status) goes in a full registration; a
+// gateway that does not offer load updates (an older one) gets full registrations only.
+func TestRegistrarSendsAFullRegistrationWhenMoreThanTheLoadChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := register.Config{GatewayURL: "http://gw", ID: "p1", Heartbeat: time.Second, Coalesce: 10 * time.Millisecond, FullInterval: time.Minute}
+		r := newRig(t, cfg, noJitter, func(n int) (int, []byte, error) {
+			if n == 0 || n == 3 {
+				return 200, loadAck("gw-1"), nil
+			}
+			return 204, nil, nil
+		})
+		time.Sleep(1500 * time.Millisecond) // PUT 0, PATCH 10, PATCH 1010
+		r.mu.Lock()
+		r.status = wire.StatusInactive
+		r.mu.Unlock()
+		r.notify.Notify(r.sys.Root, r.pid)  // PUT at 1500
+		time.Sleep(1100 * time.Millisecond) // PATCH at 2500
+		r.stop()
+		if diff := cmp.Diff([]string{"PUT", "PATCH", "PATCH", "PUT", "PATCH"}, r.methods()); diff != "" {
+			t.Errorf("methods (-want +got):\n%s", diff)
+		}
+		if r.calls[3].reg.Models["m"].Status != wire.StatusInactive {
+			t.Errorf("the full registration: %+v", r.calls[3].reg)
+		}
+
+		old := newRig(t, cfg, noJitter, func(int) (int, []byte, error) { return 200, ack("gw-1"), nil })
+		time.Sleep(3500 * time.Millisecond)
+		old.stop()
+		if diff := cmp.Diff([]string{"PUT", "PUT", "PUT", "PUT", "PUT"}, old.methods()); diff != "" {
+			t.Errorf("methods to an older gateway (-want +got):\n%s", diff)
 		}
 	})
 }
