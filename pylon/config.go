@@ -43,6 +43,7 @@ const (
 	DefaultCalibrationTimeout    = 30 * time.Second
 	DefaultFirstOutputTimeout    = 30 * time.Second
 	DefaultStreamIdleTimeout     = 30 * time.Second
+	DefaultPromptWait            = 30 * time.Second
 	// RetireGrace keeps a retired generation's actor answering "unavailable" before it stops.
 	RetireGrace = time.Minute
 )
@@ -125,6 +126,13 @@ type Config struct {
 	// net.Conn's own calls instead of raw syscalls (--raw-socket-io=false; see
 	// internal/relay/rawio.go). The engine timeouts work the same either way.
 	NoRawSocketIO bool
+	// PromptWait bounds how long a request with an x-cache-affinity-key waits for the
+	// same key's prompt the engine is prefilling for an earlier request (from any gateway)
+	// to be cached, instead of prefilling the shared prefix beside it (30 s; 0 = never
+	// wait). PromptCachedAt says when a prompt counts as cached: PromptCachedAtFirstOutput
+	// (default) or PromptCachedAtHeaders.
+	PromptWait     time.Duration
+	PromptCachedAt string
 	// RequireStreaming rejects chat and responses bodies without "stream": true with 400
 	// (off by default: streaming is optional here, unlike in the reference pylon, which
 	// always requires it).
@@ -173,6 +181,7 @@ func DefaultConfig() Config {
 		CalibrationRequests: calibrate.DefaultRequests, CalibrationPromptUnits: calibrate.DefaultPromptUnits,
 		CalibrationMaxConcurrency: calibrate.DefaultMaxConcurrency, CalibrationTimeout: DefaultCalibrationTimeout,
 		FirstOutputTimeout: DefaultFirstOutputTimeout, StreamIdleTimeout: DefaultStreamIdleTimeout,
+		PromptWait: DefaultPromptWait, PromptCachedAt: PromptCachedAtFirstOutput,
 	}
 }
 
@@ -240,6 +249,14 @@ func (c *Config) Validate() error {
 	case "off", "", engine.DialectVLLM, engine.DialectSGLang:
 	default:
 		bad("engine-metrics %q must be off, vllm or sglang", c.EngineMetrics)
+	}
+	switch c.PromptCachedAt {
+	case "", PromptCachedAtFirstOutput, PromptCachedAtHeaders:
+	default:
+		bad("prompt-cached-at %q must be first-output or headers", c.PromptCachedAt)
+	}
+	if c.PromptWait < 0 {
+		bad("prompt-wait %v must not be negative", c.PromptWait)
 	}
 	switch c.UpstreamBackend {
 	case BackendPassthrough, BackendDynamo:

@@ -182,6 +182,9 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	p.inflight.Add(1)
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
+	// Only a streamed answer shows when its prompt is cached: a buffered one may wait for
+	// another's prompt but is not waited for.
+	turn := p.awaitPrompt(dh.affinityKey, stream)
 
 	hasPriority := len(dh.priority) > 0
 	toEngine.DeleteRequest(h, dh.strip)
@@ -202,13 +205,16 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		p.relayBuffered(ctx, &obs, gw)
 		return
 	}
-	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, span: span}
+	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, span: span, prompt: turn}
 	up := fasthttp.AcquireResponse()
 	up.StreamBody = true
 	if err := p.client.Do(&ctx.Request, up); err != nil {
 		fasthttp.ReleaseResponse(up)
 		p.upstreamFailed(ctx, obs, err, gw)
 		return
+	}
+	if p.cfg.PromptCachedAt == PromptCachedAtHeaders || up.StatusCode() >= 300 {
+		turn.release()
 	}
 	obs.headers(up.StatusCode())
 	p.fromUpstream(&up.Header)
@@ -218,6 +224,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		CloseWithError(error) error
 	})
 	if !ok { // the engine answered with a complete body after all
+		turn.release()
 		ctx.Response.SetBody(up.Body())
 		obs.complete(up.Body())
 		p.addLoad(ctx, g, gw)
@@ -338,6 +345,9 @@ type requestObserver struct {
 	// and complete), not in the relayed stream's FirstOutput and Finished.
 	msgs *callMsgs
 	span trace.Span // the relay's trace span (nil: tracing off)
+	// prompt is the request's prompt in flight, released at its first output or end (nil:
+	// not recorded).
+	prompt *promptTurn
 }
 
 // headers reports a streamed response's headers; on return the snapshot includes them.
@@ -356,6 +366,7 @@ func (o *requestObserver) headers(status int) {
 
 // FirstOutput implements relay.Observer.
 func (o *requestObserver) FirstOutput(at time.Time) {
+	o.prompt.release()
 	o.firstAt = at
 	o.mm.first.Update(at.Sub(o.start).Seconds())
 	o.p.sys.Root.Send(o.g.pid, &firstOutput{id: o.id, at: at})
@@ -364,6 +375,7 @@ func (o *requestObserver) FirstOutput(at time.Time) {
 // Finished implements relay.Observer. A stream that ended early is counted with its
 // StreamError's status: 499 when the client went away, 502/503/504 when the engine failed.
 func (o *requestObserver) Finished(at time.Time, u *relay.Usage, err error) {
+	o.prompt.release()
 	if se := (*relay.StreamError)(nil); err != nil && errors.As(err, &se) {
 		o.status = se.Status
 	}

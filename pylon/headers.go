@@ -47,6 +47,7 @@ var (
 type dataHeaders struct {
 	requestID, model, inputTokens, priority []byte
 	expected, seq, prefill                  []byte
+	affinityKey                             []byte
 	hasRequestID, hasModel, hasPriority     bool
 	strip                                   headerset.Mask // toEngine names present
 }
@@ -76,6 +77,8 @@ func (d *dataHeaders) collect(h *fasthttp.RequestHeader) {
 			d.inputTokens = nonNil(v)
 		case !d.hasPriority && equalFold(k, wire.HeaderPriority):
 			d.priority, d.hasPriority = v, true
+		case d.affinityKey == nil && equalFold(k, wire.HeaderCacheAffinityKey):
+			d.affinityKey = nonNil(v)
 		}
 	}
 }

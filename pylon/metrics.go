@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -52,6 +53,13 @@ const (
 	// first-output timeout; the request got 504) or stream_idle (a response stalled longer
 	// than the stream idle timeout; the relayed stream was ended with an error event).
 	mUpstreamTimeouts = "upstream_timeouts_total"
+	// mPromptWaits counts requests that waited for the same affinity key's prompt in
+	// flight on the engine (Config.PromptWait), by outcome: cached (released in time) or
+	// timeout; mPromptWaitSeconds is how long they waited; mPromptsInflight is the number
+	// of keys whose prompt is being prefilled.
+	mPromptWaits       = "prompt_waits_total"
+	mPromptWaitSeconds = "prompt_wait_seconds"
+	mPromptsInflight   = "prompts_inflight"
 	mCanaryChecks     = "canary_checks_total"
 )
 
@@ -89,6 +97,10 @@ type pylonMetrics struct {
 	// firstOutputTimeouts and streamIdleTimeouts are upstream_timeouts_total by reason.
 	firstOutputTimeouts *metrics.Counter
 	streamIdleTimeouts  *metrics.Counter
+	// promptCached and promptTimeout are prompt_waits_total by outcome; promptWait is
+	// prompt_wait_seconds.
+	promptCached, promptTimeout *metrics.Counter
+	promptWait                  *metrics.PrometheusHistogram
 }
 
 type outcomeKey struct {
@@ -102,8 +114,25 @@ func newPylonMetrics(prefix, id, version string, reference bool) *pylonMetrics {
 	m.set.GetOrCreateGauge(prefix+mTargetInfo+`{service_name="pylon",service_version="`+escape(version)+`",commit="`+escape(version)+`"}`, func() float64 { return 1 })
 	m.firstOutputTimeouts = m.counter(mUpstreamTimeouts + `{reason="first_output"}`)
 	m.streamIdleTimeouts = m.counter(mUpstreamTimeouts + `{reason="stream_idle"}`)
+	m.promptCached = m.counter(mPromptWaits + `{outcome="` + promptWaitCached + `"}`)
+	m.promptTimeout = m.counter(mPromptWaits + `{outcome="` + promptWaitTimeout + `"}`)
+	m.promptWait = m.set.GetOrCreatePrometheusHistogramExt(prefix+mPromptWaitSeconds, promptWaitBuckets)
 	m.zero()
 	return m
+}
+
+// promptWaitBuckets are prompt_wait_seconds' upper bounds: a prefill takes milliseconds to
+// tens of seconds.
+var promptWaitBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// promptWaited records one wait for a prompt in flight.
+func (m *pylonMetrics) promptWaited(d time.Duration, cached bool) {
+	if cached {
+		m.promptCached.Inc()
+	} else {
+		m.promptTimeout.Inc()
+	}
+	m.promptWait.Update(d.Seconds())
 }
 
 // upstreamTimedOut counts an engine connection the watchdog closed.

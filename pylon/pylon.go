@@ -68,6 +68,8 @@ type Pylon struct {
 	now     func() time.Time
 	sys     *actor.ActorSystem
 	metrics *pylonMetrics
+	// prompts are the affinity keys whose prompt the engine is prefilling (nil: --prompt-wait 0).
+	prompts *promptTable
 
 	client       *fasthttp.HostClient
 	engine       *relay.Conns // the client's connections: timeouts and shutdown abort
@@ -148,7 +150,9 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		replies:    newReplyPool(),
 		lookupHost: deps.LookupHost,
 		tracer:     deps.Tracer,
+		prompts:    newPromptTable(cfg.PromptWait),
 	}
+	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mPromptsInflight, func() float64 { return float64(p.prompts.size()) })
 	if p.lookupHost == nil {
 		p.lookupHost = net.DefaultResolver.LookupHost
 	}

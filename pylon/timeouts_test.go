@@ -71,6 +71,11 @@ type outcome struct {
 // its first bytes and its end arrive. firstChunk, when not nil, is closed at the first
 // body bytes.
 func (h *hermetic) send(path, id string, inputTokens int, body string, firstChunk chan<- struct{}) outcome {
+	return h.sendWith(path, id, inputTokens, body, firstChunk, nil)
+}
+
+// sendWith is send with extra request headers.
+func (h *hermetic) sendWith(path, id string, inputTokens int, body string, firstChunk chan<- struct{}, extra map[string]string) outcome {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI("http://pylon" + path)
@@ -78,6 +83,9 @@ func (h *hermetic) send(path, id string, inputTokens int, body string, firstChun
 	req.Header.Set(wire.HeaderRequestID, id)
 	req.Header.Set(wire.HeaderModel, "dummy-model")
 	req.Header.Set(wire.HeaderInputTokens, strconv.Itoa(inputTokens))
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
 	req.SetBodyString(body)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)

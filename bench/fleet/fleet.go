@@ -128,6 +128,8 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 			// As the reference bench: a canary queued behind the workload's long
 			// generations would time out and take a busy backend out of rotation.
 			"--active-canary-interval-ms=0",
+			// The mock engine sends its response headers once the prompt is prefilled.
+			"--prompt-cached-at=headers",
 		}
 		if tps := b.Profile.Registration.LastMeanInputTPS; tps > 0 {
 			// Pinned, as the reference bench does: the measured input throughput counts
@@ -137,6 +139,9 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 			args = append(args, "--initial-input-tps="+ms(tps), "--benchmark-pin-input-tps")
 		}
 		args = append(args, admissionArgs(a.PylonQueueAdmission)...)
+		if a.PylonPromptWait != nil && !*a.PylonPromptWait {
+			args = append(args, "--prompt-wait=0s")
+		}
 		args = append(args, gatewayArgs...)
 		p.Pylons = append(p.Pylons, Spec{Name: "pylon-" + strconv.Itoa(b.Index), Path: opts.Bin.Pylon, URL: url(pt), AdminURL: url(admin), Args: args})
 	}

@@ -141,6 +141,17 @@ func TestPlan(t *testing.T) {
 	if fleet.AdmissionMode(&s.Algorithms[1]) != "disabled" {
 		t.Error("admission mode")
 	}
+	// The mock engine answers once the prompt is cached; pylon_prompt_wait: false turns the
+	// pylon's prompt wait off for that algorithm only.
+	if !strings.Contains(py, "--prompt-cached-at=headers") || strings.Contains(py, "--prompt-wait=") {
+		t.Errorf("pylon args %q: want --prompt-cached-at=headers and the default --prompt-wait", py)
+	}
+	off := false
+	noWait := s.Algorithms[0]
+	noWait.PylonPromptWait = &off
+	if pa := fleet.NewPlan(s, &noWait, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args; !slices.Contains(pa, "--prompt-wait=0s") {
+		t.Errorf("pylon_prompt_wait false: pylon args %q lack --prompt-wait=0s", pa)
+	}
 
 	// Grouped clusters share one engine with scaled capacity.
 	data, _ = scenarios.Read("lb-balance-smoke-2c2p-1s")

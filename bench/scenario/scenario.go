@@ -197,6 +197,11 @@ type Algorithm struct {
 	Name                string          `yaml:"name"`
 	Config              map[string]any  `yaml:"config"`
 	PylonQueueAdmission *QueueAdmission `yaml:"pylon_queue_admission"`
+	// PylonPromptWait false starts the pylons with --prompt-wait 0 (our extension): a
+	// turn that reaches its session's engine while the session's prompt is still being
+	// prefilled there is relayed at once, as the reference pylon does, instead of waiting
+	// for the prompt to be cached. Absent: the pylon's default (wait).
+	PylonPromptWait *bool `yaml:"pylon_prompt_wait"`
 	// Clients is how the driver's clients talk to the gateway for this algorithm (our
 	// extension): "" or ClientsRoutingHeaders sends the routing headers (x-input-tokens,
 	// x-cache-affinity-key, …) with a prompt of "x"s; ClientsPlain sends none of them, as a

@@ -74,6 +74,8 @@ type cli struct {
 	LocalConnectFailRetryable  bool          `name:"local-connect-failures-retryable" help:"Also mark retryable the engine failures that may have left work on the engine (a connection it closed while still accepting new ones, the first-output timeout, a shutdown's abort). An unreachable engine (no connection can be made) is always answered retryable."`
 	ModelDiscoveryPoll         time.Duration `name:"model-discovery-poll-interval" default:"5s" help:"Model discovery poll period."`
 	DrainTimeout               time.Duration `name:"drain-timeout" default:"30s" help:"Longest wait for in-flight requests on SIGTERM; then their engine and client connections are closed."`
+	PromptWait                 time.Duration `name:"prompt-wait" default:"30s" help:"Longest wait of a request with an x-cache-affinity-key for the same key's prompt that the engine is prefilling for an earlier request (from any gateway): it is relayed once that prompt is cached and prefills only its own suffix, instead of the whole shared prefix beside it (0 = never wait)."`
+	PromptCachedAt             string        `name:"prompt-cached-at" default:"first-output" enum:"first-output,headers" help:"When a prompt counts as cached for --prompt-wait: first-output (the answer's first output byte; engines that send streamed headers before the prefill, as vLLM and SGLang do) or headers (engines that send headers only once the prompt is prefilled, as the bundled mock engine does)."`
 	FirstOutputTimeout         time.Duration `name:"first-output-timeout" default:"30s" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
 	StreamIdleTimeout          time.Duration `name:"stream-idle-timeout" default:"30s" help:"Longest wait for more response bytes once the engine has started answering: the stream is cut (0 = none)."`
 	RequireStreaming           bool          `name:"require-streaming" help:"Reject chat and responses bodies without \"stream\": true (400)."`
@@ -132,6 +134,7 @@ func (c *cli) config() pylon.Config {
 	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = c.FirstOutputTimeout, c.StreamIdleTimeout, c.RequireStreaming
+	cfg.PromptWait, cfg.PromptCachedAt = c.PromptWait, c.PromptCachedAt
 	cfg.ServerLimits = c.Limits.Limits()
 	cfg.NoRawSocketIO = !c.RawSocketIO
 	return cfg

@@ -522,11 +522,15 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// pickBackend chooses a backend of cluster round-robin, skipping backends that failed for p.
+// pickBackend chooses a backend of cluster, skipping backends that failed for p: for a
+// request with an affinity key the one its key picks (keyedBackend), else round-robin.
 func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 	info, ok := s.clusters[cluster]
 	if !ok {
 		return "", false
+	}
+	if p.Req.AffinityKey != "" && len(info.backends) > 1 {
+		return s.keyedBackend(info.backends, p)
 	}
 	n := uint64(len(info.backends))
 	for k := range n {
@@ -537,6 +541,44 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// keyedBackend picks the backend that ranks first for the request's affinity key by
+// rendezvous hashing over the backend ids — the same on every gateway replica and stable
+// as siblings come and go — so a session's turns meet at one pylon and engine, whose cache
+// holds the session and whose pylon holds a turn behind the session's prompt in flight
+// (--prompt-wait), whichever replica routed it. When that backend is full and a sibling has
+// a free slot, the sibling that ranks first among those with one.
+func (s *Scheduler) keyedBackend(backends []string, p *Pending) (string, bool) {
+	kh := xxh3.HashString(p.Req.AffinityKey)
+	var best, bestFree string
+	var bestScore, freeScore uint64
+	for _, id := range backends {
+		if p.backendFailed(id) {
+			continue
+		}
+		score := xxh3.HashStringSeed(id, kh)
+		if best == "" || score > bestScore {
+			best, bestScore = id, score
+		}
+		if b := s.backends[id]; b != nil && !b.full() && (bestFree == "" || score > freeScore) {
+			bestFree, freeScore = id, score
+		}
+	}
+	if best == "" {
+		return "", false
+	}
+	if bestFree != "" && bestFree != best && s.backends[best].full() {
+		return bestFree, true
+	}
+	return best, true
+}
+
+// full reports that the backend runs as many requests as its engine's known concurrency
+// limit, counting this gateway's reservations the backend has not reported yet.
+func (b *backendState) full() bool {
+	l := &b.view.Load
+	return l.MaxEngineConcurrency > 0 && l.RunningRequests+uint64(len(b.reservations)) >= l.MaxEngineConcurrency
 }
 
 func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb.Decision, elapsed time.Duration) {

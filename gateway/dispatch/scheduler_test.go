@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -427,4 +428,67 @@ func TestPrefillWork(t *testing.T) {
 			t.Errorf("prefillWork(%d, %v) = %d, %v; want %d, %v", tc.input, tc.cached, got, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// A request with an affinity key goes to the backend of its cluster that the key ranks
+// first by rendezvous hashing: every time, on a scheduler that learned the backends in
+// another order (another gateway replica), and spread over the backends across keys.
+// When that backend is full and a sibling has a free slot, the sibling takes it; a
+// backend that failed for the request is skipped.
+func TestKeyedBackendWithinCluster(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ids := []string{"a1", "a2", "a3"}
+		pick := func(order []string, key string, failed []string) string {
+			t.Helper()
+			f := newFixture(t)
+			seq := &atomic.Uint64{}
+			for _, id := range order {
+				f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+					ID: id, ClusterID: "a", Active: true, HasRTT: true, RTT: time.Millisecond, Seq: seq,
+					Load: load.Load{InputTPS: 1000}, UpdatedAt: time.Now(),
+				}})
+			}
+			out := <-f.route(lbconfig.DefaultEntry(lbconfig.PowerOfN), 10, func(p *dispatch.Pending) {
+				p.Req.AffinityKey, p.FailedBackends = key, failed
+			}).Mailbox
+			if out.Kind != dispatch.OutcomeGranted {
+				t.Fatalf("key %s: %+v", key, out)
+			}
+			return out.BackendID
+		}
+		used := map[string]int{}
+		for i := range 12 {
+			key := fmt.Sprintf("session-%d", i)
+			got := pick(ids, key, nil)
+			if again := pick([]string{"a3", "a1", "a2"}, key, nil); again != got {
+				t.Errorf("key %s: %s, then %s on a replica that learned the backends in another order", key, got, again)
+			}
+			if other := pick(ids, key, []string{got}); other == got {
+				t.Errorf("key %s: %s again after it failed for the request", key, got)
+			}
+			used[got]++
+		}
+		if len(used) < 2 {
+			t.Errorf("12 keys all went to %v, want them spread over the cluster", used)
+		}
+
+		// Full: the key's backend runs its limit, a sibling has a free slot.
+		f := newFixture(t)
+		seq := &atomic.Uint64{}
+		key := "session-0"
+		first := pick(ids, key, nil)
+		for _, id := range ids {
+			l := load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}
+			if id == first {
+				l.RunningRequests = 2
+			}
+			f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+				ID: id, ClusterID: "a", Active: true, HasRTT: true, RTT: time.Millisecond, Seq: seq, Load: l, UpdatedAt: time.Now(),
+			}})
+		}
+		out := <-f.route(lbconfig.DefaultEntry(lbconfig.PowerOfN), 10, func(p *dispatch.Pending) { p.Req.AffinityKey = key }).Mailbox
+		if out.Kind != dispatch.OutcomeGranted || out.BackendID == first {
+			t.Errorf("key's backend %s full: %+v, want a sibling with a free slot", first, out)
+		}
+	})
 }

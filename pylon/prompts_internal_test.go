@@ -1,0 +1,90 @@
+package pylon
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// The table records the first request of a key, hands later ones its done channel, and
+// forgets the key on release; release is idempotent, a full table records nothing, and a
+// nil table (prompt wait off) never makes anyone wait.
+func TestPromptTable(t *testing.T) {
+	t.Parallel()
+	var off *promptTable
+	if turn, done := off.enter("k"); turn != nil || done != nil {
+		t.Fatal("a nil table recorded or waited")
+	}
+	tab := newPromptTable(time.Second)
+	if newPromptTable(0) != nil {
+		t.Error("wait 0 made a table")
+	}
+	first, done := tab.enter("k")
+	if first == nil || done != nil {
+		t.Fatalf("first enter: turn %v, done %v; want a turn and no wait", first, done)
+	}
+	second, wait := tab.enter("k")
+	if second != nil || wait == nil {
+		t.Fatalf("second enter: turn %v, done %v; want a wait and no turn", second, wait)
+	}
+	other, _ := tab.enter("other")
+	if other == nil || tab.size() != 2 {
+		t.Fatalf("another key: turn %v, size %d", other, tab.size())
+	}
+	select {
+	case <-wait:
+		t.Fatal("done before release")
+	default:
+	}
+	first.release()
+	first.release() // idempotent: no double close
+	select {
+	case <-wait:
+	default:
+		t.Fatal("release did not close done")
+	}
+	if tab.size() != 1 {
+		t.Errorf("size %d after release, want 1", tab.size())
+	}
+	third, wait3 := tab.enter("k")
+	if third == nil || wait3 != nil {
+		t.Fatal("the key was not forgotten on release")
+	}
+	third.release()
+	other.release()
+	var none *promptTurn
+	none.release() // nil-safe
+
+	tab.max = 1
+	a, _ := tab.enter("a")
+	if b, bw := tab.enter("b"); b != nil || bw != nil {
+		t.Error("a full table recorded a new key or made it wait")
+	}
+	a.release()
+}
+
+// await returns true when the prompt is released in time and false once the wait bound
+// passes.
+func TestPromptTableAwait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		tab := newPromptTable(time.Second)
+		turn, _ := tab.enter("k")
+		_, done := tab.enter("k")
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			turn.release()
+		}()
+		start := time.Now()
+		if !tab.await(done) || time.Since(start) != 300*time.Millisecond {
+			t.Errorf("await: released after %v, want true at 300ms", time.Since(start))
+		}
+		stuck, _ := tab.enter("s")
+		_, sdone := tab.enter("s")
+		start = time.Now()
+		if tab.await(sdone) || time.Since(start) != time.Second {
+			t.Errorf("await of a stuck prompt returned after %v, want false at the 1s bound", time.Since(start))
+		}
+		stuck.release()
+	})
+}
