@@ -186,6 +186,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	p.Req.LastCluster = rt.lastCluster
 	if r.entry.PrefixAffinity && rt.affinityKey == "" {
 		p.Req.Prefix = lb.AppendPrefixHashes(p.Req.Prefix[:0], r.target.Model, promptContent(body))
+		p.Req.Session = conversationHash(body)
 	}
 	st := attemptState{after: afterFor(ctx), trace: g.startTrace(ctx, &rt, r.entry.Algorithm.String())}
 	defer st.trace.finish(&ctx.Response)

@@ -84,6 +84,10 @@ func Run(ctx context.Context, cfg Config, m *scenario.Manifest, deps Deps) (Resu
 	}
 	var ms multiSender
 	defer ms.close()
+	var turns map[int][]uint64
+	if cfg.Plain {
+		turns = EarlierTurns(m)
+	}
 	for _, t := range targets {
 		c := cfg
 		c.Target = t
@@ -91,6 +95,7 @@ func Run(ctx context.Context, cfg Config, m *scenario.Manifest, deps Deps) (Resu
 		if err != nil {
 			return Result{}, err
 		}
+		s.turns = turns
 		ms = append(ms, s)
 	}
 	return run(ctx, cfg, m, deps, ms)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -226,33 +227,58 @@ func TestLoopbackEngine(t *testing.T) {
 	}
 }
 
-// A plain client's body: a session's text is one stream, so a later turn's prompt extends
-// an earlier one; other sessions share none of it; max_tokens carries the output length.
+// A plain client's body: a session's text is one stream, cut into one user message per
+// turn, so a later turn repeats an earlier one's messages and appends one; other sessions
+// share none of it; max_tokens carries the output length. EarlierTurns gives each turn
+// the shorter turns of its session that precede it in the manifest.
 func TestPlainBody(t *testing.T) {
 	t.Parallel()
-	prompt := func(key, id string, tokens uint64) string {
+	messages := func(key, id string, tokens uint64, earlier []uint64) []string {
 		var b struct {
-			Messages  []struct{ Content string } `json:"messages"`
-			MaxTokens uint64                     `json:"max_tokens"`
-			Stream    bool                       `json:"stream"`
+			Messages []struct {
+				Role, Content string
+			} `json:"messages"`
+			MaxTokens uint64 `json:"max_tokens"`
+			Stream    bool   `json:"stream"`
 		}
-		body := PlainBody("m", &scenario.Request{AffinityKey: key, ID: id, InputTokens: tokens, OutputTokens: 7}, 0)
-		if err := json.Unmarshal(body, &b); err != nil || len(b.Messages) != 1 || b.MaxTokens != 7 || !b.Stream {
+		body := PlainBody("m", &scenario.Request{AffinityKey: key, ID: id, InputTokens: tokens, OutputTokens: 7}, earlier, 0)
+		if err := json.Unmarshal(body, &b); err != nil || b.MaxTokens != 7 || !b.Stream {
 			t.Fatalf("body %.80s…: %v %+v", body, err, b)
 		}
-		return b.Messages[0].Content
+		var out []string
+		for _, m := range b.Messages {
+			if m.Role != "user" {
+				t.Errorf("role %q", m.Role)
+			}
+			out = append(out, m.Content)
+		}
+		return out
 	}
-	first, second := prompt("s1", "r1", 100), prompt("s1", "r2", 150)
-	if len(first) != 400 || len(second) != 600 {
-		t.Errorf("lengths %d and %d, want 4 bytes per token: 400 and 600", len(first), len(second))
+	m := &scenario.Manifest{Requests: []scenario.Request{
+		{Index: 0, AffinityKey: "s1", InputTokens: 100},
+		{Index: 1, AffinityKey: "s2", InputTokens: 100},
+		{Index: 2, AffinityKey: "s1", InputTokens: 150},
+		{Index: 3, AffinityKey: "s1", InputTokens: 180},
+		{Index: 4},
+	}}
+	turns := EarlierTurns(m)
+	if len(turns[0]) != 0 || !slices.Equal(turns[2], []uint64{100}) || !slices.Equal(turns[3], []uint64{100, 150}) || len(turns[4]) != 0 {
+		t.Fatalf("earlier turns %v", turns)
 	}
-	if !strings.HasPrefix(second, first) {
-		t.Error("a later turn does not extend the session's earlier prompt")
+	first, second, third := messages("s1", "r1", 100, turns[0]), messages("s1", "r2", 150, turns[2]), messages("s1", "r3", 180, turns[3])
+	if len(first) != 1 || len(second) != 2 || len(third) != 3 {
+		t.Fatalf("messages %d, %d, %d; want one per turn", len(first), len(second), len(third))
 	}
-	if other := prompt("s2", "r3", 100); other[:64] == first[:64] {
+	if len(first[0]) != 400 || len(strings.Join(second, "")) != 600 || len(third[2]) != 120 {
+		t.Errorf("lengths %d, %d, %d; want 4 bytes per token", len(first[0]), len(strings.Join(second, "")), len(third[2]))
+	}
+	if second[0] != first[0] || third[0] != first[0] || third[1] != second[1] {
+		t.Error("a later turn does not repeat the session's earlier messages")
+	}
+	if other := messages("s2", "r4", 100, nil); other[0][:64] == first[0][:64] {
 		t.Error("two sessions share their prompt's beginning")
 	}
-	if a, b := prompt("", "r4", 100), prompt("", "r5", 100); a[:64] == b[:64] {
+	if a, b := messages("", "r5", 100, nil), messages("", "r6", 100, nil); a[0][:64] == b[0][:64] {
 		t.Error("two requests without a session share their prompt's beginning")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,9 @@ type httpSender struct {
 	timeout time.Duration
 	maxBody uint64
 	plain   bool
-	now     func() time.Time
+	// turns are the earlier turns' input tokens of each request's session (plain only).
+	turns map[int][]uint64
+	now   func() time.Time
 }
 
 func newHTTPSender(cfg Config, model string) (*httpSender, error) {
@@ -92,14 +95,15 @@ func Body(model string, inputTokens, maxBody uint64) []byte {
 	return b.Bytes()
 }
 
-// PlainBody returns the body a plain OpenAI client sends for r: one user message of
-// PlainBytesPerToken × r.InputTokens characters (capped at maxBody when > 0), so that the
-// gateway's estimate from the body, which it passes on to the engine, is r.InputTokens;
-// and max_tokens = r.OutputTokens, streaming. The text is the request's
+// PlainBody returns the body a plain OpenAI client sends for r: user messages of
+// PlainBytesPerToken × r.InputTokens characters in all (capped at maxBody when > 0), so
+// that the gateway's estimate from the body, which it passes on to the engine, is
+// r.InputTokens; and max_tokens = r.OutputTokens, streaming. The text is the request's
 // session's own — derived from its affinity key, or from its id when it has none — and a
-// session's text is one fixed stream, so each turn extends the previous one's prompt the
-// way a growing conversation does.
-func PlainBody(model string, r *scenario.Request, maxBody uint64) []byte {
+// session's text is one fixed stream, cut into one message per turn at the earlier turns'
+// lengths (earlier: their input tokens, ascending; EarlierTurns), so each turn repeats the
+// previous turns' messages unchanged and appends one, as a chat client does.
+func PlainBody(model string, r *scenario.Request, earlier []uint64, maxBody uint64) []byte {
 	n := PlainBytesPerToken * r.InputTokens
 	if maxBody > 0 {
 		n = min(n, maxBody)
@@ -109,30 +113,73 @@ func PlainBody(model string, r *scenario.Request, maxBody uint64) []byte {
 		seed = r.ID
 	}
 	var b bytes.Buffer
-	b.Grow(int(n) + 160) //nolint:gosec // token counts are far below MaxInt
+	b.Grow(int(n) + 160 + 32*len(earlier)) //nolint:gosec // token counts are far below MaxInt
 	b.WriteString(`{"model":`)
 	m, _ := json.Marshal(model)
 	b.Write(m)
-	b.WriteString(`,"stream":true,"messages":[{"role":"user","content":"`)
-	sessionText(&b, seed, n)
-	b.WriteString(`"}],"max_tokens":`)
+	b.WriteString(`,"stream":true,"messages":[`)
+	text := sessionText(seed, n)
+	from := uint64(0)
+	for _, t := range earlier {
+		if to := min(PlainBytesPerToken*t, n); to > from {
+			userMessage(&b, text[from:to])
+			b.WriteByte(',')
+			from = to
+		}
+	}
+	userMessage(&b, text[from:])
+	b.WriteString(`],"max_tokens":`)
 	b.WriteString(strconv.FormatUint(r.OutputTokens, 10))
 	b.WriteString(`}`)
 	return b.Bytes()
+}
+
+func userMessage(b *bytes.Buffer, text []byte) {
+	b.WriteString(`{"role":"user","content":"`)
+	b.Write(text)
+	b.WriteString(`"}`)
+}
+
+// EarlierTurns maps each request of m with an affinity key to the input token counts of
+// the earlier, shorter turns of its session in manifest order (nil for a session's first
+// turn): a plain client sends each turn as one more message after those of the turns
+// before it.
+func EarlierTurns(m *scenario.Manifest) map[int][]uint64 {
+	seen := map[string][]uint64{}
+	out := map[int][]uint64{}
+	for i := range m.Requests {
+		r := &m.Requests[i]
+		if r.AffinityKey == "" {
+			continue
+		}
+		prev := seen[r.AffinityKey]
+		var mine []uint64
+		for _, t := range prev {
+			if t < r.InputTokens {
+				mine = append(mine, t)
+			}
+		}
+		slices.Sort(mine)
+		out[r.Index] = slices.Compact(mine)
+		seen[r.AffinityKey] = append(prev, r.InputTokens)
+	}
+	return out
 }
 
 // PlainBytesPerToken is the gateway's estimate of prompt bytes per token for requests
 // without x-input-tokens.
 const PlainBytesPerToken = 4
 
-// sessionText writes n letters and spaces of the pseudo-random text stream of seed (no
+// sessionText returns n letters and spaces of the pseudo-random text stream of seed (no
 // character needs JSON escaping).
-func sessionText(b *bytes.Buffer, seed string, n uint64) {
+func sessionText(seed string, n uint64) []byte {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz     "
 	rng := rand.New(rand.NewPCG(xxh3.HashString(seed), 0x5eed))
-	for range n {
-		b.WriteByte(alphabet[rng.IntN(len(alphabet))])
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = alphabet[rng.IntN(len(alphabet))]
 	}
+	return out
 }
 
 func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Time) score.Record {
@@ -149,7 +196,7 @@ func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Ti
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	if s.plain {
-		req.SetBodyRaw(PlainBody(s.model, r, s.maxBody))
+		req.SetBodyRaw(PlainBody(s.model, r, s.turns[r.Index], s.maxBody))
 	} else {
 		req.Header.Set(wire.HeaderRequestID, r.ID)
 		req.Header.Set(wire.HeaderModel, s.model)

@@ -1,9 +1,13 @@
 package lb_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway/lb"
@@ -257,5 +261,77 @@ func TestLastClusterAffinityPulsar(t *testing.T) {
 	}
 	if d := b.Decide(s, &lb.Request{AffinityKey: "k", At: t0}, 0); chosen(t, s, d) != primary {
 		t.Errorf("the promotion was cached: a new session went to %s, want %s", chosen(t, s, d), primary)
+	}
+}
+
+// A new session — a plain client's prompt no cluster is known to hold, or a key the
+// session memory does not know — is placed by its session hash (or key) among the tied
+// candidates with a free slot, so two replicas with different random streams and no
+// shared memory place it alike; different sessions still spread over the clusters, and a
+// full cluster is skipped. Without a session hash the replicas' random tie-breaks differ.
+func TestNewSessionsPlacedAlikeOnEveryReplica(t *testing.T) {
+	t.Parallel()
+	fleet := func(fullID string) *lb.Snapshot {
+		cs := []lb.Candidate{at1k("a", 10), at1k("b", 10), at1k("c", 10), at1k("d", 10)}
+		for i := range cs {
+			cs[i].Load.MaxEngineConcurrency = 4
+			if cs[i].ClusterID == fullID {
+				cs[i] = full(cs[i])
+			}
+		}
+		return snap(cs...)
+	}
+	keyed := waw(func(e *lbconfig.Entry) { e.SelectionCount = 4 })
+	for _, tc := range []struct {
+		name  string
+		entry lbconfig.Entry
+		req   func(i int) *lb.Request
+	}{
+		{"plain client", prefixEntry(nil), func(i int) *lb.Request {
+			r := prefixReq(fmt.Sprint("session-", i), 2000, t0)
+			r.Session = xxh3.HashString(fmt.Sprint("conversation-", i))
+			return r
+		}},
+		{"affinity key", keyed, func(i int) *lb.Request {
+			return &lb.Request{AffinityKey: fmt.Sprint("key-", i), InputTokens: 2000, At: t0}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			used := map[string]bool{}
+			for i := range 16 {
+				s := fleet("")
+				one := newBalancer(t, tc.entry, rand.New(rand.NewPCG(1, 2)))
+				other := newBalancer(t, tc.entry, rand.New(rand.NewPCG(7, 9)))
+				got := chosen(t, s, one.Decide(s, tc.req(i), 0))
+				if again := chosen(t, s, other.Decide(s, tc.req(i), 0)); again != got {
+					t.Errorf("session %d: %s on one replica, %s on the other", i, got, again)
+				}
+				used[got] = true
+				// Its cluster full: both replicas place it on the same other one.
+				sf := fleet(got)
+				a := chosen(t, sf, newBalancer(t, tc.entry, rand.New(rand.NewPCG(1, 2))).Decide(sf, tc.req(i), 0))
+				b := chosen(t, sf, newBalancer(t, tc.entry, rand.New(rand.NewPCG(7, 9))).Decide(sf, tc.req(i), 0))
+				if a == got || a != b {
+					t.Errorf("session %d with %s full: %s and %s", i, got, a, b)
+				}
+			}
+			if len(used) < 3 {
+				t.Errorf("16 new sessions went to %v, want them spread over the 4 clusters", used)
+			}
+		})
+	}
+	// Without a session hash the replicas break the ties their own ways.
+	differ := 0
+	for i := range 16 {
+		s := fleet("")
+		r := prefixReq(fmt.Sprint("session-", i), 2000, t0)
+		one := chosen(t, s, newBalancer(t, prefixEntry(nil), rand.New(rand.NewPCG(1, 2))).Decide(s, r, 0))
+		if other := chosen(t, s, newBalancer(t, prefixEntry(nil), rand.New(rand.NewPCG(7, 9))).Decide(s, r, 0)); other != one {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Error("without a session hash two replicas still placed all 16 sessions alike: the test shows nothing")
 	}
 }

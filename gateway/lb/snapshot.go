@@ -172,6 +172,10 @@ type Request struct {
 	// Prefix holds the chained block hashes of the prompt's leading content
 	// (AppendPrefixHashes), for prefix-aware routing; nil when not computed.
 	Prefix []uint64
+	// Session identifies a plain client's conversation (a hash of its prompt's opening,
+	// stable from turn to turn); 0 when unknown. Prefix-aware routing places a new prompt
+	// by it, identically on every gateway replica.
+	Session uint64
 	// LastCluster is x-stargate-last-cluster-id: the cluster that served the session's
 	// previous turn (last_cluster_affinity); blank means absent.
 	LastCluster string

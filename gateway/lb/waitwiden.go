@@ -119,6 +119,13 @@ type pricing struct {
 	// for that cluster up to what moving would add is never slower than moving, and moving
 	// also leaves the session's cache behind.
 	patient bool
+	// spread, when not 0, places a new session deterministically: among the candidates
+	// tied with the best estimate that have a free slot, the one ranked first for spread
+	// (the session's hash) by rendezvous hashing of the cluster ids, rather than the least
+	// busy or a random one. Every gateway replica then places the same new session on the
+	// same cluster while it can take it now, so a session whose turns reach different
+	// replicas, none of which remembers it, still meets its cache.
+	spread uint64
 }
 
 // fullPrice prices every candidate's prefill in full.
@@ -209,7 +216,9 @@ func (b *waitAndWiden) Decide(s *Snapshot, r *Request, elapsed time.Duration) De
 		affine = pricing{scale: 1, only: -1, held: held, patient: true}
 		global = affine
 	case remember:
-		affine = fullPrice // a new session: no cluster holds any of it
+		// A new session (to this replica): no cluster holds any of it; placed by its key,
+		// as every replica places it.
+		affine = pricing{scale: 1, only: -1, spread: keyHash | 1}
 	}
 	d := b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, affine, global, last)
 	if remember && d.Kind == KindSelected {
@@ -293,6 +302,20 @@ func (b *waitAndWiden) byPrefix(s *Snapshot, r *Request, elapsed time.Duration) 
 		global := price
 		global.patient = true
 		d = b.cfg.withHold(&b.scratch, b.rng, s, r, b.groupBuf, elapsed, b.cfg.hold, price, global, best)
+	} else if r.Session != 0 {
+		// A new prompt to this replica with a known conversation: an affinity group of the
+		// clusters its session hash ranks first, placed within it by the hash — the same
+		// on every replica, so a conversation whose turns reach replicas that never saw it
+		// still meets its cache — narrowed to the members with KV room, held like a keyed
+		// session.
+		price.spread = r.Session
+		group := sessionGroup(b.groupBuf[:0], s, r, b.cfg.sessionGroupSize())
+		b.groupBuf = group
+		if room := b.prefix.roomy(b.roomBuf[:0], s, r, group); len(room) > 0 && len(room) < len(group) {
+			b.roomBuf = room
+			group = room
+		}
+		d = b.cfg.withHold(&b.scratch, b.rng, s, r, group, elapsed, b.cfg.hold, price, price, -1)
 	} else if room := b.prefix.roomy(b.groupBuf[:0], s, r, nil); len(room) > 0 && len(room) < len(s.Candidates) {
 		b.groupBuf = room
 		d = b.cfg.withHold(&b.scratch, b.rng, s, r, room, elapsed, 0, price, price, -1)
@@ -469,6 +492,11 @@ func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Reques
 			if x.idx == prefer {
 				return selectedAt(x)
 			}
+		}
+	}
+	if price.spread != 0 {
+		if x, ok := c.bySpread(s, open, price.spread); ok {
+			return selectedAt(x)
 		}
 	}
 	return selectedAt(c.best(rng, s, r, open))
@@ -662,6 +690,72 @@ func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) score
 		return open[pick]
 	}
 	return open[bi]
+}
+
+// maxSessionGroup bounds the size of a new prompt's affinity group (sessionGroup).
+const maxSessionGroup = 8
+
+// sessionGroupSize is the size of a new prompt's affinity group: the configured
+// cache_affinity_backend_selection_count, 2 when none is.
+func (c *wawConfig) sessionGroupSize() int {
+	if c.selectionCount > 0 {
+		return min(c.selectionCount, maxSessionGroup)
+	}
+	return 2
+}
+
+// sessionGroup appends to dst the k candidates (excluded ones skipped) whose cluster ids
+// rank first for r.Session by rendezvous hashing, best first: the same clusters on every
+// replica, and a cluster that joins or leaves moves only the sessions it ranks first.
+func sessionGroup(dst []int32, s *Snapshot, r *Request, k int) []int32 {
+	var top [maxSessionGroup]uint64
+	for i := range s.Candidates {
+		c := &s.Candidates[i]
+		if r.IsExcluded(c.ClusterID) {
+			continue
+		}
+		h := xxh3.HashStringSeed(c.ClusterID, r.Session)
+		n := len(dst)
+		if n == k && h <= top[n-1] {
+			continue
+		}
+		if n < k {
+			dst = append(dst, 0)
+			n++
+		}
+		j := n - 1
+		for ; j > 0 && top[j-1] < h; j-- {
+			top[j], dst[j] = top[j-1], dst[j-1]
+		}
+		top[j], dst[j] = h, int32(i)
+	}
+	return dst
+}
+
+// bySpread picks, among the open candidates within the tie tolerance of the best estimate
+// (the ttft comparator only) that have a free slot, the one whose cluster id ranks first
+// for spread by rendezvous hashing; false when none has a free slot.
+func (c *wawConfig) bySpread(s *Snapshot, open []scored, spread uint64) (scored, bool) {
+	if c.comparator != load.ComparatorTTFT {
+		return scored{}, false
+	}
+	lo := open[0].cmpv
+	for _, x := range open[1:] {
+		lo = min(lo, x.cmpv)
+	}
+	var pick scored
+	var top uint64
+	found := false
+	for _, x := range open {
+		cand := &s.Candidates[x.idx]
+		if x.cmpv > lo+c.tie || !cand.Load.HasFreeSlot() {
+			continue
+		}
+		if h := xxh3.HashStringSeed(cand.ClusterID, spread); !found || h > top {
+			pick, top, found = x, h, true
+		}
+	}
+	return pick, found
 }
 
 // busier reports whether a's engine is strictly busier than b's: more running requests per
