@@ -60,7 +60,7 @@ const (
 	mPromptWaits       = "prompt_waits_total"
 	mPromptWaitSeconds = "prompt_wait_seconds"
 	mPromptsInflight   = "prompts_inflight"
-	mCanaryChecks     = "canary_checks_total"
+	mCanaryChecks      = "canary_checks_total"
 )
 
 // The reference router's names of the series above whose units are not base units,

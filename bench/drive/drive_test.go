@@ -245,7 +245,7 @@ func TestPlainBody(t *testing.T) {
 		if err := json.Unmarshal(body, &b); err != nil || b.MaxTokens != 7 || !b.Stream {
 			t.Fatalf("body %.80s…: %v %+v", body, err, b)
 		}
-		var out []string
+		out := make([]string, 0, len(b.Messages))
 		for _, m := range b.Messages {
 			if m.Role != "user" {
 				t.Errorf("role %q", m.Role)

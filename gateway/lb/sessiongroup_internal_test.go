@@ -14,7 +14,7 @@ import (
 func TestSessionGroup(t *testing.T) {
 	t.Parallel()
 	ids := func(s *Snapshot, g []int32) []string {
-		var out []string
+		out := make([]string, 0, len(g))
 		for _, i := range g {
 			out = append(out, s.Candidates[i].ClusterID)
 		}
