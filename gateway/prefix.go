@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/zeebo/xxh3"
 )
@@ -86,6 +87,11 @@ func conversationHash(body []byte) uint64 {
 		}
 	}
 	return 0
+}
+
+// conversationKey is the session key of a plain client's conversation (conversationHash).
+func conversationKey(h uint64) string {
+	return "conversation-" + strconv.FormatUint(h, 16)
 }
 
 // isUserMessage reports whether a message object names the role "user" (with or without

@@ -33,7 +33,7 @@ var internalRequest = []string{
 	wire.HeaderRoutingMethod, wire.HeaderRetryable, wire.HeaderRetryReason, wire.HeaderRetryAfterMs,
 	wire.HeaderExpectedQueueMs, wire.HeaderErrorCode, wire.HeaderDispatchSeq, wire.HeaderPylonLoad,
 	wire.HeaderUpstreamRetryable, wire.HeaderClusterID, wire.HeaderInferenceServerID, wire.HeaderInferenceServerURL,
-	wire.HeaderLastClusterID, wire.HeaderPrefillTokens,
+	wire.HeaderLastClusterID, wire.HeaderPrefillTokens, wire.HeaderConversation,
 }
 
 // internalResponse are pylon headers the gateway strips before the client.
@@ -91,6 +91,7 @@ var (
 	hdrExpectedQueueMs = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderExpectedQueueMs)
 	hdrDispatchSeq     = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderDispatchSeq)
 	hdrPrefillTokens   = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderPrefillTokens)
+	hdrConversation    = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderConversation)
 	hdrServerID        = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInferenceServerID)
 	hdrServerURL       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderInferenceServerURL)
 	hdrClusterID       = fasthttp.AppendNormalizedHeaderKey(nil, wire.HeaderClusterID)
@@ -186,7 +187,12 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	p.Req.LastCluster = rt.lastCluster
 	if r.entry.PrefixAffinity && rt.affinityKey == "" {
 		p.Req.Prefix = lb.AppendPrefixHashes(p.Req.Prefix[:0], r.target.Model, promptContent(body))
-		p.Req.Session = conversationHash(body)
+		if p.Req.Session = conversationHash(body); p.Req.Session != 0 {
+			// The conversation's key for prefill_wait, the backend pick and the pylon's
+			// prompt wait (a plain client sends no affinity key).
+			p.ConversationKey = conversationKey(p.Req.Session)
+			h.SetCanonical(hdrConversation, bytesOf(p.ConversationKey))
+		}
 	}
 	st := attemptState{after: afterFor(ctx), trace: g.startTrace(ctx, &rt, r.entry.Algorithm.String())}
 	defer st.trace.finish(&ctx.Response)
@@ -361,7 +367,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	if out.PrefillToken != 0 {
 		// The response headers (or the attempt's end): the engine has cached the prompt,
 		// or never will; requests of the same key waiting for it may go (prefill_wait).
-		g.sys.Root.Send(pid, dispatch.PrefillDone{Key: p.Req.AffinityKey, Token: out.PrefillToken})
+		g.sys.Root.Send(pid, dispatch.PrefillDone{Key: p.SessionKey(), Token: out.PrefillToken})
 	}
 	if err != nil {
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")

@@ -9,29 +9,41 @@ import (
 	"github.com/switchyard/switchyard/gateway"
 )
 
-// chatBody is a plain OpenAI chat body whose one user message is the first n bytes of a
-// session's conversation, so a session's later turns extend its earlier ones.
-func chatBody(session string, n int) []byte {
+// chatBody is a plain OpenAI chat body of a session's turn: the session's conversation
+// text, cut into one user message per turn (the first turn's first bytes, then turn more
+// of step bytes each), as a chat client resends the earlier turns and appends one.
+func chatBody(session string, first, step, turn int) []byte {
+	n := first + step*turn
 	text := strings.Repeat(session+" keeps talking. ", n/len(session)+1)[:n]
-	return fmt.Appendf(nil, `{"model":"m","stream":false,"messages":[{"role":"user","content":%q}]}`, text)
+	msgs := make([]string, 0, turn+1)
+	msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, text[:first]))
+	for i := range turn {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, text[first+step*i:first+step*(i+1)]))
+	}
+	return fmt.Appendf(nil, `{"model":"m","stream":false,"messages":[%s]}`, strings.Join(msgs, ","))
 }
 
 // With prefix_affinity, plain clients (no routing headers at all) stay where their
 // conversation's prefix was sent: every turn of a session reaches the backend of its first
-// turn. Without it the equal backends share each session's turns at random.
+// turn, and the pylon is told the conversation (x-switchyard-conversation: one value per
+// session, the same in every turn). Without it the equal backends share each session's
+// turns at random and no conversation is named.
 func TestPrefixAffinityPlainClientsThroughGateway(t *testing.T) {
 	const sessions, turns = 6, 5
-	run := func(t *testing.T, cfg string) (moved int) {
+	run := func(t *testing.T, cfg string) (moved int, conversations map[string]map[string]bool) {
 		t.Helper()
 		h := newHarness(t, gateway.Config{}, cfg)
+		pylons := map[string]*fakePylon{}
 		for _, id := range []string{"a", "b"} {
-			h.register(h.pylon(id, id, idleLoad(), nil))
+			pylons[id] = h.pylon(id, id, idleLoad(), nil)
+			h.register(pylons[id])
 		}
 		home := map[string]string{}
+		conversations = map[string]map[string]bool{}
 		for turn := range turns {
 			for s := range sessions {
 				session := fmt.Sprintf("session-%d", s)
-				r := h.do("POST", "/v1/chat/completions", chatBody(session, 4000+300*turn), nil)
+				r := h.do("POST", "/v1/chat/completions", chatBody(session, 4000, 300, turn), nil)
 				if r.status != 200 {
 					t.Fatalf("%s turn %d: %d %s", session, turn, r.status, r.body)
 				}
@@ -41,18 +53,45 @@ func TestPrefixAffinityPlainClientsThroughGateway(t *testing.T) {
 				} else if got != home[session] {
 					moved++
 				}
+				p := pylons[got]
+				p.mu.Lock()
+				conv := p.lastHeaders["X-Switchyard-Conversation"]
+				p.mu.Unlock()
+				if conversations[session] == nil {
+					conversations[session] = map[string]bool{}
+				}
+				conversations[session][conv] = true
 			}
 		}
-		return moved
+		return moved, conversations
 	}
 	synctest.Test(t, func(t *testing.T) {
-		if moved := run(t, `{"default":"wait-and-widen","models":{"m":{"algorithm":"wait-and-widen","prefix_affinity":true}}}`); moved != 0 {
+		moved, convs := run(t, `{"default":"wait-and-widen","models":{"m":{"algorithm":"wait-and-widen","prefix_affinity":true}}}`)
+		if moved != 0 {
 			t.Errorf("with prefix_affinity %d of %d later turns left their session's backend", moved, sessions*(turns-1))
+		}
+		seen := map[string]string{}
+		for session, vs := range convs {
+			for v := range vs {
+				if len(vs) != 1 || v == "" {
+					t.Errorf("%s: conversations %v, want one value in every turn", session, vs)
+				}
+				if other, dup := seen[v]; dup {
+					t.Errorf("%s and %s share conversation %q", session, other, v)
+				}
+				seen[v] = session
+			}
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		if moved := run(t, `{"default":"wait-and-widen"}`); moved == 0 {
+		moved, convs := run(t, `{"default":"wait-and-widen"}`)
+		if moved == 0 {
 			t.Error("without prefix_affinity no later turn moved: the test cannot tell the two apart")
+		}
+		for session, vs := range convs {
+			if !vs[""] || len(vs) != 1 {
+				t.Errorf("%s: conversations %v without prefix_affinity, want none", session, vs)
+			}
 		}
 	})
 }

@@ -184,7 +184,11 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	mm.inHist.Update(float64(inputTokens))
 	// Only a streamed answer shows when its prompt is cached: a buffered one may wait for
 	// another's prompt but is not waited for.
-	turn := p.awaitPrompt(dh.affinityKey, stream)
+	key := dh.affinityKey
+	if len(key) == 0 {
+		key = dh.conversation // a plain client's conversation, named by the gateway
+	}
+	turn := p.awaitPrompt(key, stream)
 
 	hasPriority := len(dh.priority) > 0
 	toEngine.DeleteRequest(h, dh.strip)

@@ -16,7 +16,7 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy
 var (
 	// toEngine are removed from a request before the engine: hop-by-hop headers and the
 	// gateway's routing headers the engine must not see.
-	toEngine = headerset.New(append([]string{wire.HeaderExpectedQueueMs, wire.HeaderDispatchSeq, wire.HeaderPrefillTokens, wire.HeaderDynamoPriority, wire.HeaderDynamoStrict}, hopByHop...)...)
+	toEngine = headerset.New(append([]string{wire.HeaderExpectedQueueMs, wire.HeaderDispatchSeq, wire.HeaderPrefillTokens, wire.HeaderConversation, wire.HeaderDynamoPriority, wire.HeaderDynamoStrict}, hopByHop...)...)
 	// hopOnly are the hop-by-hop headers alone (the health probe, both ways).
 	hopOnly = headerset.New(hopByHop...)
 )
@@ -32,6 +32,7 @@ const (
 	toEngineExpected = 0
 	toEngineSeq      = 1
 	toEnginePrefill  = 2
+	toEngineConv     = 3
 )
 
 // Canonical names of the engine priority headers the dynamo backend sets on every request.
@@ -47,7 +48,7 @@ var (
 type dataHeaders struct {
 	requestID, model, inputTokens, priority []byte
 	expected, seq, prefill                  []byte
-	affinityKey                             []byte
+	affinityKey, conversation               []byte
 	hasRequestID, hasModel, hasPriority     bool
 	strip                                   headerset.Mask // toEngine names present
 }
@@ -63,6 +64,8 @@ func (d *dataHeaders) collect(h *fasthttp.RequestHeader) {
 					d.seq = v
 				case toEnginePrefill:
 					d.prefill = v
+				case toEngineConv:
+					d.conversation = v
 				}
 			}
 			d.strip |= 1 << i

@@ -20,12 +20,17 @@ func TestDataHeadersOnePass(t *testing.T) {
 	h.Set("x-priority", "4")
 	h.Set(wire.HeaderDispatchSeq, "gw/7")
 	h.Set(wire.HeaderPrefillTokens, "120")
+	h.Set(wire.HeaderConversation, "conversation-1f")
+	h.Set(wire.HeaderCacheAffinityKey, "session-7")
 	h.Set("Connection", "keep-alive")
 	h.Set("Content-Type", "application/json")
 	var d dataHeaders
 	d.collect(&h)
 	if string(d.requestID) != "r1" || string(d.model) != "m" || string(d.priority) != "4" || string(d.seq) != "gw/7" || string(d.prefill) != "120" {
 		t.Errorf("values: id %q model %q priority %q seq %q", d.requestID, d.model, d.priority, d.seq)
+	}
+	if string(d.conversation) != "conversation-1f" || string(d.affinityKey) != "session-7" {
+		t.Errorf("conversation %q, affinity key %q", d.conversation, d.affinityKey)
 	}
 	if d.inputTokens == nil || len(d.inputTokens) != 0 {
 		t.Errorf("present empty x-input-tokens read as %#v", d.inputTokens)
@@ -34,12 +39,12 @@ func TestDataHeadersOnePass(t *testing.T) {
 		t.Errorf("absent expected queue read as %q", d.expected)
 	}
 	conn, _ := toEngine.Lookup([]byte("Connection"))
-	want := headerset.Mask(1)<<toEngineSeq | headerset.Mask(1)<<toEnginePrefill | headerset.Mask(1)<<conn
+	want := headerset.Mask(1)<<toEngineSeq | headerset.Mask(1)<<toEnginePrefill | headerset.Mask(1)<<toEngineConv | headerset.Mask(1)<<conn
 	if d.strip != want {
 		t.Errorf("strip mask %b, want %b", d.strip, want)
 	}
 	toEngine.DeleteRequest(&h, d.strip)
-	if h.Peek(wire.HeaderDispatchSeq) != nil || h.Peek(wire.HeaderPrefillTokens) != nil || h.Peek("Connection") != nil || h.Peek("x-priority") == nil {
+	if h.Peek(wire.HeaderDispatchSeq) != nil || h.Peek(wire.HeaderPrefillTokens) != nil || h.Peek(wire.HeaderConversation) != nil || h.Peek("Connection") != nil || h.Peek("x-priority") == nil || h.Peek(wire.HeaderCacheAffinityKey) == nil {
 		t.Errorf("after strip: %s", h.Header())
 	}
 }

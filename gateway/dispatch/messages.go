@@ -229,6 +229,10 @@ type Pending struct {
 	PreferCluster  string
 	// Failures counts failed attempts (for 404 vs 503 classification).
 	Failures int
+	// ConversationKey names a plain client's conversation (no affinity key) for the
+	// session-keyed rules: prefill_wait and the backend pick within a cluster. Blank:
+	// none.
+	ConversationKey string
 	// Mailbox receives exactly one Outcome per Route.
 	Mailbox chan Outcome
 
@@ -277,6 +281,15 @@ func (pp *PendingPool) Release(p *Pending) {
 	clear(p.FailedBackends)
 	*p = Pending{Mailbox: p.Mailbox, Req: lb.Request{Excluded: p.Req.Excluded[:0], Prefix: p.Req.Prefix[:0]}, FailedBackends: p.FailedBackends[:0]}
 	pp.pool.Put(p)
+}
+
+// SessionKey is the key of the request's session for prefill_wait and the backend pick
+// within a cluster: its affinity key, else its ConversationKey; blank when neither.
+func (p *Pending) SessionKey() string {
+	if p.Req.AffinityKey != "" {
+		return p.Req.AffinityKey
+	}
+	return p.ConversationKey
 }
 
 func (p *Pending) backendFailed(id string) bool {

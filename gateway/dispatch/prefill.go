@@ -51,10 +51,11 @@ func (PrefillDone) IgnoreDeadLetterLogging() {}
 // waitsForPrefill reports whether p, routed to cluster, should wait for its key's prompt in
 // flight there; it parks p when so.
 func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, d lb.Decision, now time.Time) bool {
-	if !p.Entry.PrefillWait || p.Req.AffinityKey == "" {
+	key := p.SessionKey()
+	if !p.Entry.PrefillWait || key == "" {
 		return false
 	}
-	st, ok := s.prefills[p.Req.AffinityKey]
+	st, ok := s.prefills[key]
 	if !ok || st.cached || st.cluster != cluster || !now.Before(st.until) {
 		return false
 	}
@@ -110,10 +111,11 @@ func (s *Scheduler) grantBehind(p *Pending, snap *lb.Snapshot, elapsed time.Dura
 // holds one of the cluster's slots while it decodes and frees it when it ends.
 func (s *Scheduler) behindPrefill(p *Pending, now time.Time) {
 	p.Req.Prefilling, p.Req.PrefillLeft = "", 0
-	if !p.Entry.PrefillWait || p.Req.AffinityKey == "" {
+	key := p.SessionKey()
+	if !p.Entry.PrefillWait || key == "" {
 		return
 	}
-	if st, ok := s.prefills[p.Req.AffinityKey]; ok && now.Before(st.until) {
+	if st, ok := s.prefills[key]; ok && now.Before(st.until) {
 		p.Req.Prefilling, p.Req.PrefillLeft = st.cluster, max(st.ready.Sub(now), 0)
 		if st.cached {
 			p.Req.PrefillLeft = 0
@@ -124,7 +126,7 @@ func (s *Scheduler) behindPrefill(p *Pending, now time.Time) {
 // trackPrefill records p's grant on cand as its key's prompt in flight and marks out so
 // that the handler reports its headers (PrefillDone).
 func (s *Scheduler) trackPrefill(p *Pending, cand *lb.Candidate, out *Outcome, now time.Time) {
-	key := p.Req.AffinityKey
+	key := p.SessionKey()
 	if !p.Entry.PrefillWait || key == "" {
 		return
 	}

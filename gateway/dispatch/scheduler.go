@@ -529,7 +529,7 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if p.Req.AffinityKey != "" && len(info.backends) > 1 {
+	if p.SessionKey() != "" && len(info.backends) > 1 {
 		return s.keyedBackend(info.backends, p)
 	}
 	n := uint64(len(info.backends))
@@ -550,7 +550,7 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 // (--prompt-wait), whichever replica routed it. When that backend is full and a sibling has
 // a free slot, the sibling that ranks first among those with one.
 func (s *Scheduler) keyedBackend(backends []string, p *Pending) (string, bool) {
-	kh := xxh3.HashString(p.Req.AffinityKey)
+	kh := xxh3.HashString(p.SessionKey())
 	var best, bestFree string
 	var bestScore, freeScore uint64
 	for _, id := range backends {

@@ -492,3 +492,37 @@ func TestKeyedBackendWithinCluster(t *testing.T) {
 		}
 	})
 }
+
+// A plain client's conversation (ConversationKey, no affinity key) is a session for
+// prefill_wait: its next turn waits for the first turn's prompt in flight, until
+// PrefillDone names the conversation. An affinity key wins over a conversation key.
+func TestConversationWaitsForItsPromptInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		e := waw()
+		f.backend("a", time.Millisecond, load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}, 0)
+		turn := func(tokens uint64) *dispatch.Pending {
+			return f.route(e, tokens, func(p *dispatch.Pending) { p.ConversationKey = "conversation-1" })
+		}
+		first := <-turn(1000).Mailbox
+		if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
+			t.Fatalf("first turn: %+v, want granted and tracked", first)
+		}
+		second := turn(1100)
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case out := <-second.Mailbox:
+			t.Fatalf("second turn answered while the first's prompt is in flight: %+v", out)
+		default:
+		}
+		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "conversation-1", Token: first.PrefillToken})
+		if out := <-second.Mailbox; out.Kind != dispatch.OutcomeGranted || out.BackendID != "a" {
+			t.Fatalf("second turn: %+v, want granted to a", out)
+		}
+	})
+	p := dispatch.Pending{ConversationKey: "conversation-1"}
+	p.Req.AffinityKey = "key"
+	if p.SessionKey() != "key" {
+		t.Errorf("session key %q, want the affinity key", p.SessionKey())
+	}
+}
