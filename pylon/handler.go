@@ -153,6 +153,20 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 			msgs.admitted.from.Prefill, msgs.admitted.from.HasPrefill = w, true
 		}
 	}
+	// A request whose session's prompt is in flight on the engine waits for it (after
+	// admission) and then prefills only the rest: that much is its queued work. Only a
+	// streamed answer shows when its prompt is cached: a buffered one may wait for
+	// another's prompt but is not waited for.
+	key := dh.affinityKey
+	if len(key) == 0 {
+		key = dh.conversation // a plain client's conversation, named by the gateway
+	}
+	turn, ahead, aheadTokens := p.promptAhead(key, inputTokens, stream)
+	if ahead != nil && inputTokens > aheadTokens {
+		if w := inputTokens - aheadTokens; !msgs.admitted.from.HasPrefill || w < msgs.admitted.from.Prefill {
+			msgs.admitted.from.Prefill, msgs.admitted.from.HasPrefill = w, true
+		}
+	}
 	r, ok := g.call(p.sys.Root, &msgs.admitted, ch)
 	if ok {
 		g.replies.put(ch)
@@ -160,6 +174,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		msgs.lost = true
 	}
 	if r.unavailable {
+		turn.release()
 		if r.failed {
 			generationFailed(g.model).write(ctx)
 		} else {
@@ -170,6 +185,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	mm := entry.metrics
 	mm.decision(r.decision)
 	if !r.decision.Admit() {
+		turn.release()
 		queueMismatch(r.decision, p.cfg.QueueMismatchRetryAfterMs).write(ctx)
 		p.addLoad(ctx, g, gw)
 		mm.status(fasthttp.StatusTooManyRequests).Inc()
@@ -182,13 +198,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	p.inflight.Add(1)
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
-	// Only a streamed answer shows when its prompt is cached: a buffered one may wait for
-	// another's prompt but is not waited for.
-	key := dh.affinityKey
-	if len(key) == 0 {
-		key = dh.conversation // a plain client's conversation, named by the gateway
-	}
-	turn := p.awaitPrompt(key, stream)
+	p.waitPrompt(ahead)
 
 	hasPriority := len(dh.priority) > 0
 	toEngine.DeleteRequest(h, dh.strip)

@@ -37,9 +37,10 @@ type promptTable struct {
 
 // promptTurn is one recorded request's prompt in flight.
 type promptTurn struct {
-	t    *promptTable
-	key  string
-	done chan struct{} // closed by release
+	t      *promptTable
+	key    string
+	tokens uint64        // the request's input tokens: its prompt, once cached
+	done   chan struct{} // closed by release
 	// closed is set under t.mu by the first release.
 	closed bool
 }
@@ -52,24 +53,25 @@ func newPromptTable(wait time.Duration) *promptTable {
 }
 
 // enter looks key up. When another request's prompt with the key is in flight it returns
-// that prompt's done channel (wait on it, then relay without recording); else it records
-// the caller and returns its turn (release it once the prompt is cached or the request
-// ended), or neither when the table is full. A nil table records nothing.
-func (t *promptTable) enter(key string) (*promptTurn, <-chan struct{}) {
+// that prompt's done channel (wait on it, then relay without recording) and its input
+// tokens; else, when record, it records the caller's prompt of tokens and returns its turn
+// (release it once the prompt is cached or the request ended), or nothing when the table
+// is full. A nil table records nothing.
+func (t *promptTable) enter(key string, tokens uint64, record bool) (*promptTurn, <-chan struct{}, uint64) {
 	if t == nil || key == "" {
-		return nil, nil
+		return nil, nil, 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.m[key]; ok {
-		return nil, cur.done
+		return nil, cur.done, cur.tokens
 	}
-	if len(t.m) >= t.max {
-		return nil, nil
+	if !record || len(t.m) >= t.max {
+		return nil, nil, 0
 	}
-	turn := &promptTurn{t: t, key: key, done: make(chan struct{})}
+	turn := &promptTurn{t: t, key: key, tokens: tokens, done: make(chan struct{})}
 	t.m[key] = turn
-	return turn, nil
+	return turn, nil, 0
 }
 
 // release ends the turn: its waiters go on and the key is forgotten. Idempotent; nil-safe.
@@ -118,31 +120,23 @@ func (t *promptTable) await(done <-chan struct{}) bool {
 	}
 }
 
-// awaitPrompt waits while another request's prompt with the affinity key is in flight on
-// the engine (at most Config.PromptWait), then, for a request that will show when its own
-// prompt is cached (record), records it; the caller releases the returned turn.
-func (p *Pylon) awaitPrompt(key []byte, record bool) *promptTurn {
-	t := p.prompts
-	if t == nil || len(key) == 0 {
-		return nil
+// promptAhead looks the request's affinity key up: when another request's prompt with the
+// key is in flight on the engine it returns that prompt's done channel (the request waits
+// for it: waitPrompt) and its input tokens (the request will prefill only the rest); else,
+// for a request that will show when its own prompt is cached (record), it records it and
+// returns its turn, which the caller releases.
+func (p *Pylon) promptAhead(key []byte, tokens uint64, record bool) (*promptTurn, <-chan struct{}, uint64) {
+	if p.prompts == nil || len(key) == 0 {
+		return nil, nil, 0
 	}
-	if !record {
-		t.mu.Lock()
-		cur := t.m[string(key)]
-		t.mu.Unlock()
-		if cur != nil {
-			p.waitPrompt(cur.done)
-		}
-		return nil
-	}
-	turn, done := t.enter(string(key))
-	if done != nil {
-		p.waitPrompt(done)
-	}
-	return turn
+	return p.prompts.enter(string(key), tokens, record)
 }
 
+// waitPrompt waits for a prompt in flight (at most Config.PromptWait) and records the wait.
 func (p *Pylon) waitPrompt(done <-chan struct{}) {
+	if done == nil {
+		return
+	}
 	start := time.Now()
 	cached := p.prompts.await(done)
 	p.metrics.promptWaited(time.Since(start), cached)

@@ -49,6 +49,16 @@ func TestHermeticPromptWait(t *testing.T) {
 				wg.Go(func() {
 					stranger = h.sendWith(path, "stranger", 2000, streamBody, nil, map[string]string{wire.HeaderCacheAffinityKey: "session-2"})
 				})
+				// At 1 s every request is admitted and none has its headers: a follower's
+				// queued work is only the suffix beyond the prompt it waits for.
+				time.Sleep(900 * time.Millisecond)
+				wantQueued := 2000.0 + 500 + 2000
+				if tc.release == 0 {
+					wantQueued = 2000 + 2500 + 2000
+				}
+				if got := h.scrapeMetric(`pylon_requests_state_input_tokens{model="dummy-model",state="pending"}`); got != wantQueued {
+					t.Errorf("pending input tokens %v at 1 s, want %v", got, wantQueued)
+				}
 				wg.Wait()
 				for name, o := range map[string]*outcome{"first": &first, "follower": &follower, "stranger": &stranger} {
 					if o.err != nil || o.status != 200 {
