@@ -115,7 +115,7 @@ var forgedHeaders = []struct {
 	{"x-stargate-max-wait-ms", "forged", forgedRejected}, // the client's retry budget
 	{"x-stargate-expected-queue-ms", "987654", forgedReplaced},
 	{"x-switchyard-dispatch-seq", "gw-evil/987654", forgedReplaced},
-	{"x-switchyard-prefill-tokens", "1", forgedStripped}, // set by the gateway only for a cached prefix
+	{"x-switchyard-prefill-tokens", "1", forgedStripped},                 // set by the gateway only for a cached prefix
 	{"x-switchyard-conversation", "conversation-forged", forgedReplaced}, // set by the gateway for a plain client's conversation
 	{"x-stargate-retryable", "true", forgedStripped},
 	{"x-stargate-retry-reason", "forged-reason", forgedStripped},

@@ -18,11 +18,11 @@ const (
 	// HeaderPrefillTokens is the gateway's expectation of how many of the request's input
 	// tokens the engine will prefill (the rest being in its prompt cache); the pylon counts
 	// that much queued work for the request instead of x-input-tokens. Absent: all of them.
-	HeaderPrefillTokens      = "x-switchyard-prefill-tokens" //nolint:gosec // a header name, not a credential
+	HeaderPrefillTokens = "x-switchyard-prefill-tokens" //nolint:gosec // a header name, not a credential
 	// HeaderConversation names a plain client's chat conversation (a hash of its opening
 	// messages) for a request without x-cache-affinity-key: the pylon holds it behind the
 	// conversation's prompt in flight as it does a keyed request (--prompt-wait).
-	HeaderConversation = "x-switchyard-conversation"
+	HeaderConversation       = "x-switchyard-conversation"
 	HeaderRetryable          = "x-stargate-retryable"
 	HeaderRetryReason        = "x-stargate-retry-reason"
 	HeaderRetryAfterMs       = "x-stargate-retry-after-ms"
