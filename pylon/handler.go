@@ -161,7 +161,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	if len(key) == 0 {
 		key = dh.conversation // a plain client's conversation, named by the gateway
 	}
-	turn, ahead, aheadTokens := p.promptAhead(key, inputTokens, stream)
+	turn, ahead, aheadTokens := p.prompts.enter(key, inputTokens, stream)
 	if ahead != nil && inputTokens > aheadTokens {
 		if w := inputTokens - aheadTokens; !msgs.admitted.from.HasPrefill || w < msgs.admitted.from.Prefill {
 			msgs.admitted.from.Prefill, msgs.admitted.from.HasPrefill = w, true
@@ -227,7 +227,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		p.upstreamFailed(ctx, obs, err, gw)
 		return
 	}
-	if p.cfg.PromptCachedAt == PromptCachedAtHeaders || up.StatusCode() >= 300 {
+	if p.promptAtHeaders || up.StatusCode() >= 300 {
 		turn.release()
 	}
 	obs.headers(up.StatusCode())

@@ -57,20 +57,21 @@ func newPromptTable(wait time.Duration) *promptTable {
 // tokens; else, when record, it records the caller's prompt of tokens and returns its turn
 // (release it once the prompt is cached or the request ended), or nothing when the table
 // is full. A nil table records nothing.
-func (t *promptTable) enter(key string, tokens uint64, record bool) (*promptTurn, <-chan struct{}, uint64) {
-	if t == nil || key == "" {
+// The key is copied only when it is recorded: a lookup allocates nothing.
+func (t *promptTable) enter(key []byte, tokens uint64, record bool) (*promptTurn, <-chan struct{}, uint64) {
+	if t == nil || len(key) == 0 {
 		return nil, nil, 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.m[key]; ok {
+	if cur, ok := t.m[string(key)]; ok {
 		return nil, cur.done, cur.tokens
 	}
 	if !record || len(t.m) >= t.max {
 		return nil, nil, 0
 	}
-	turn := &promptTurn{t: t, key: key, tokens: tokens, done: make(chan struct{})}
-	t.m[key] = turn
+	turn := &promptTurn{t: t, key: string(key), tokens: tokens, done: make(chan struct{})}
+	t.m[turn.key] = turn
 	return turn, nil, 0
 }
 
@@ -118,18 +119,6 @@ func (t *promptTable) await(done <-chan struct{}) bool {
 	case <-timer.C:
 		return false
 	}
-}
-
-// promptAhead looks the request's affinity key up: when another request's prompt with the
-// key is in flight on the engine it returns that prompt's done channel (the request waits
-// for it: waitPrompt) and its input tokens (the request will prefill only the rest); else,
-// for a request that will show when its own prompt is cached (record), it records it and
-// returns its turn, which the caller releases.
-func (p *Pylon) promptAhead(key []byte, tokens uint64, record bool) (*promptTurn, <-chan struct{}, uint64) {
-	if p.prompts == nil || len(key) == 0 {
-		return nil, nil, 0
-	}
-	return p.prompts.enter(string(key), tokens, record)
 }
 
 // waitPrompt waits for a prompt in flight (at most Config.PromptWait) and records the wait.

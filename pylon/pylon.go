@@ -70,6 +70,8 @@ type Pylon struct {
 	metrics *pylonMetrics
 	// prompts are the affinity keys whose prompt the engine is prefilling (nil: --prompt-wait 0).
 	prompts *promptTable
+	// promptAtHeaders: a prompt counts as cached at its response headers (--prompt-cached-at).
+	promptAtHeaders bool
 
 	client       *fasthttp.HostClient
 	engine       *relay.Conns // the client's connections: timeouts and shutdown abort
@@ -151,6 +153,8 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		lookupHost: deps.LookupHost,
 		tracer:     deps.Tracer,
 		prompts:    newPromptTable(cfg.PromptWait),
+
+		promptAtHeaders: cfg.PromptCachedAt == PromptCachedAtHeaders,
 	}
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mPromptsInflight, func() float64 { return float64(p.prompts.size()) })
 	if p.lookupHost == nil {

@@ -543,35 +543,13 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 	return "", false
 }
 
-// keyedBackend picks the backend that ranks first for the request's affinity key by
-// rendezvous hashing over the backend ids — the same on every gateway replica and stable
-// as siblings come and go — so a session's turns meet at one pylon and engine, whose cache
-// holds the session and whose pylon holds a turn behind the session's prompt in flight
-// (--prompt-wait), whichever replica routed it. When that backend is full and a sibling has
-// a free slot, the sibling that ranks first among those with one.
+// keyedBackend picks the backend of a keyed request (lb.KeyedBackend): the one its session
+// key ranks first, or a sibling with a free slot when that one is full.
 func (s *Scheduler) keyedBackend(backends []string, p *Pending) (string, bool) {
-	kh := xxh3.HashString(p.SessionKey())
-	var best, bestFree string
-	var bestScore, freeScore uint64
-	for _, id := range backends {
-		if p.backendFailed(id) {
-			continue
-		}
-		score := xxh3.HashStringSeed(id, kh)
-		if best == "" || score > bestScore {
-			best, bestScore = id, score
-		}
-		if b := s.backends[id]; b != nil && !b.full() && (bestFree == "" || score > freeScore) {
-			bestFree, freeScore = id, score
-		}
-	}
-	if best == "" {
-		return "", false
-	}
-	if bestFree != "" && bestFree != best && s.backends[best].full() {
-		return bestFree, true
-	}
-	return best, true
+	return lb.KeyedBackend(backends, p.SessionKey(), p.backendFailed, func(id string) bool {
+		b := s.backends[id]
+		return b == nil || b.full()
+	})
 }
 
 // full reports that the backend runs as many requests as its engine's known concurrency

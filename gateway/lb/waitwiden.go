@@ -714,7 +714,7 @@ func sessionGroup(dst []int32, s *Snapshot, r *Request, k int) []int32 {
 		if r.IsExcluded(c.ClusterID) {
 			continue
 		}
-		h := xxh3.HashStringSeed(c.ClusterID, r.Session)
+		h := rendezvous(c.ClusterID, r.Session)
 		n := len(dst)
 		if n == k && h <= top[n-1] {
 			continue
@@ -751,7 +751,7 @@ func (c *wawConfig) bySpread(s *Snapshot, open []scored, spread uint64) (scored,
 		if x.cmpv > lo+c.tie || !cand.Load.HasFreeSlot() {
 			continue
 		}
-		if h := xxh3.HashStringSeed(cand.ClusterID, spread); !found || h > top {
+		if h := rendezvous(cand.ClusterID, spread); !found || h > top {
 			pick, top, found = x, h, true
 		}
 	}

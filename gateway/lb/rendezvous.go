@@ -1,0 +1,38 @@
+package lb
+
+import "github.com/zeebo/xxh3"
+
+// rendezvous is the rendezvous-hashing (highest random weight) score of id for seed: for
+// one seed, the ids ordered by it are the same on every gateway replica, and adding or
+// removing an id moves only the seeds that rank it first.
+func rendezvous(id string, seed uint64) uint64 { return xxh3.HashStringSeed(id, seed) }
+
+// KeyedBackend picks, among a cluster's backends, the one that ranks first for the
+// session key by rendezvous hashing, skipping those failed reports — so a session's turns
+// meet at one pylon and engine, whichever replica routed them. When that backend is full
+// and a sibling is not, it picks the sibling that ranks first among those that are not.
+// False when every backend failed.
+func KeyedBackend(backends []string, key string, failed, full func(id string) bool) (string, bool) {
+	kh := xxh3.HashString(key)
+	var best, bestFree string
+	var bestScore, freeScore uint64
+	for _, id := range backends {
+		if failed(id) {
+			continue
+		}
+		score := rendezvous(id, kh)
+		if best == "" || score > bestScore {
+			best, bestScore = id, score
+		}
+		if !full(id) && (bestFree == "" || score > freeScore) {
+			bestFree, freeScore = id, score
+		}
+	}
+	if best == "" {
+		return "", false
+	}
+	if bestFree != "" && bestFree != best && full(best) {
+		return bestFree, true
+	}
+	return best, true
+}
