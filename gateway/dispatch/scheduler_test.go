@@ -378,19 +378,10 @@ func TestNextTurnBehindItsPromptReservesTheSuffix(t *testing.T) {
 		turn := func(tokens uint64) *dispatch.Pending {
 			return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
 		}
-		first := <-turn(1000).Mailbox
-		if first.Kind != dispatch.OutcomeGranted || first.HasPrefill || first.PrefillToken == 0 {
+		first, out := behindFirstTurn(t, f, turn, "session")
+		if first.HasPrefill {
 			t.Fatalf("first turn: %+v, want granted with its whole prompt to prefill, tracked", first)
 		}
-		second := turn(1100)
-		time.Sleep(200 * time.Millisecond)
-		select {
-		case out := <-second.Mailbox:
-			t.Fatalf("second turn answered while the first's prompt is in flight: %+v", out)
-		default:
-		}
-		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "session", Token: first.PrefillToken})
-		out := <-second.Mailbox
 		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "a" || !out.HasPrefill || out.PrefillTokens != 100 {
 			t.Fatalf("second turn: %+v, want a with 100 tokens to prefill", out)
 		}
@@ -406,6 +397,26 @@ func TestNextTurnBehindItsPromptReservesTheSuffix(t *testing.T) {
 			t.Errorf("third turn: expected queue %d ms, want the 1100 ms of work the backend holds", third.ExpectedQueueMs)
 		}
 	})
+}
+
+// behindFirstTurn routes a session's first turn (1 000 tokens: granted and tracked), then
+// its second (1 100 tokens), which must wait while the first's prompt is in flight; it
+// reports the first's prompt cached under key and returns both outcomes.
+func behindFirstTurn(t *testing.T, f *fixture, turn func(tokens uint64) *dispatch.Pending, key string) (first, second dispatch.Outcome) {
+	t.Helper()
+	first = <-turn(1000).Mailbox
+	if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
+		t.Fatalf("first turn: %+v, want granted and tracked", first)
+	}
+	p := turn(1100)
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case out := <-p.Mailbox:
+		t.Fatalf("second turn answered while the first's prompt is in flight: %+v", out)
+	default:
+	}
+	f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: key, Token: first.PrefillToken})
+	return first, <-p.Mailbox
 }
 
 // prefillWork: the uncached rest of the input, rounded up, at least one token.
@@ -504,19 +515,7 @@ func TestConversationWaitsForItsPromptInFlight(t *testing.T) {
 		turn := func(tokens uint64) *dispatch.Pending {
 			return f.route(e, tokens, func(p *dispatch.Pending) { p.ConversationKey = "conversation-1" })
 		}
-		first := <-turn(1000).Mailbox
-		if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
-			t.Fatalf("first turn: %+v, want granted and tracked", first)
-		}
-		second := turn(1100)
-		time.Sleep(200 * time.Millisecond)
-		select {
-		case out := <-second.Mailbox:
-			t.Fatalf("second turn answered while the first's prompt is in flight: %+v", out)
-		default:
-		}
-		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "conversation-1", Token: first.PrefillToken})
-		if out := <-second.Mailbox; out.Kind != dispatch.OutcomeGranted || out.BackendID != "a" {
+		if _, out := behindFirstTurn(t, f, turn, "conversation-1"); out.Kind != dispatch.OutcomeGranted || out.BackendID != "a" {
 			t.Fatalf("second turn: %+v, want granted to a", out)
 		}
 	})
