@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway"
 )
 
@@ -111,4 +113,62 @@ func TestSecondTurnWaitsForTheFirstPrefill(t *testing.T) {
 			t.Errorf("without prefill_wait the second request reached its backend at %v, want at once (100 ms)", sent)
 		}
 	})
+}
+
+// capacity_wait_order: when a slot frees up, the waiting request with the least work (input
+// tokens plus max_tokens) takes it under "shortest", the earliest under "arrival"; a
+// request that names no output bound counts as the longest.
+func TestCapacityWaitOrder(t *testing.T) {
+	bodies := map[string]string{
+		"long":      `{"model":"m","max_tokens":1000,"messages":[{"role":"user","content":"long"}]}`,
+		"unbounded": `{"model":"m","messages":[{"role":"user","content":"unbounded"}]}`,
+		"short":     `{"model":"m","messages":[{"role":"user","content":"short"}],"max_completion_tokens" : 10}`,
+	}
+	served := func(t *testing.T, order string) []string {
+		t.Helper()
+		h := newHarness(t, gateway.Config{}, `{"default":"wait-and-widen","models":{"m":{"algorithm":"wait-and-widen",`+
+			`"capacity_wait_ms":1000,"capacity_wait_order":"`+order+`"}}}`)
+		one := load.Load{InputTPS: 1000, MaxEngineConcurrency: 1, RunningRequests: 1}
+		var mu sync.Mutex
+		var got []string
+		p := h.pylon("p1", "c1", one, func(_ int, ctx *fasthttp.RequestCtx) {
+			for name, b := range bodies {
+				if string(ctx.PostBody()) == b {
+					mu.Lock()
+					got = append(got, name)
+					mu.Unlock()
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+			ctx.SetBodyString(`{"ok":true}`)
+		})
+		h.register(p)
+		var wg sync.WaitGroup
+		for _, name := range []string{"long", "unbounded", "short"} { // in order of arrival
+			wg.Go(func() {
+				if r := h.do("POST", "/v1/chat/completions", []byte(bodies[name]), map[string]string{"x-input-tokens": "100"}); r.status != 200 {
+					t.Errorf("%s: %d %s, want 200", name, r.status, r.body)
+				}
+			})
+			time.Sleep(10 * time.Millisecond)
+		}
+		p.mu.Lock()
+		p.load.RunningRequests = 0 // the slot frees up
+		p.mu.Unlock()
+		h.register(p)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	for order, want := range map[string][]string{
+		"shortest": {"short", "long", "unbounded"},
+		"arrival":  {"long", "unbounded", "short"},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			if got := served(t, order); !slices.Equal(got, want) {
+				t.Errorf("%s: served %v, want %v", order, got, want)
+			}
+		})
+	}
 }

@@ -185,6 +185,9 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	p.MaxWait, p.HasMaxWait = rt.maxWait, rt.hasMaxWait
 	p.Req.AffinityKey, p.Req.InputTokens, p.Req.Priority, p.Req.SLO = rt.affinityKey, rt.inputTokens, rt.priority, rt.slo
 	p.Req.LastCluster = rt.lastCluster
+	if r.entry.ShortestFirst {
+		p.MaxOutputTokens = maxOutputTokens(body)
+	}
 	if r.entry.PrefixAffinity && rt.affinityKey == "" {
 		p.Req.Prefix = lb.AppendPrefixHashes(p.Req.Prefix[:0], r.target.Model, promptContent(body))
 		if p.Req.Session = conversationHash(body); p.Req.Session != 0 {

@@ -88,6 +88,12 @@ var uiSettingDefs = []uiSettingDef{
 	{"ignore_input_processing_time", uiAlgsWAW, func(e *lbconfig.Entry) (any, string) { return uiFlag(e.IgnoreInputProcessingTime) }},
 	{"last_cluster_affinity", uiAlgsWAW, func(e *lbconfig.Entry) (any, string) { return uiFlag(e.LastClusterAffinity) }},
 	{"capacity_wait_ms", uiAlgsWAW, func(e *lbconfig.Entry) (any, string) { return uiMillis(e.CapacityWait, "fail at once") }},
+	{"capacity_wait_order", uiAlgsWAW, func(e *lbconfig.Entry) (any, string) {
+		if e.ShortestFirst {
+			return "shortest", "least work first"
+		}
+		return "arrival", "first come, first served"
+	}},
 	{"prefill_wait", uiAlgsByKey, func(e *lbconfig.Entry) (any, string) { return uiFlag(e.PrefillWait) }},
 	{"session_affinity_ttl_ms", uiAlgsWAWOnly, func(e *lbconfig.Entry) (any, string) { return uiMillis(e.SessionTTL, "off") }},
 	{"session_table_size", uiAlgsWAWOnly, func(e *lbconfig.Entry) (any, string) {

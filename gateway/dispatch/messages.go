@@ -233,6 +233,10 @@ type Pending struct {
 	// session-keyed rules: prefill_wait and the backend pick within a cluster. Blank:
 	// none.
 	ConversationKey string
+	// MaxOutputTokens is the request's output bound (its body's max_tokens or a
+	// synonym); 0: none named. With capacity_wait_order "shortest" it sizes the request's
+	// work (see Work).
+	MaxOutputTokens uint64
 	// Mailbox receives exactly one Outcome per Route.
 	Mailbox chan Outcome
 
@@ -249,6 +253,20 @@ type Pending struct {
 	behind       lb.Decision
 	behindTarget string
 }
+
+// Work is the request's size for capacity_wait_order "shortest": its input tokens plus
+// its output bound, a request without one counting as longer than any with one.
+func (p *Pending) Work() uint64 {
+	out := p.MaxOutputTokens
+	if out == 0 {
+		out = unboundedOutput
+	}
+	return p.Req.InputTokens + out
+}
+
+// unboundedOutput is the output size Work gives a request that names no bound: beyond any
+// real max_tokens, with room left for the input tokens.
+const unboundedOutput = 1 << 40
 
 // NewPending returns a pending request with a one-slot mailbox.
 func NewPending(arrival time.Time) *Pending {

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"time"
@@ -29,7 +30,7 @@ func (s *Scheduler) retryParked(onlyDue bool) {
 		}
 		clear(s.parked)
 		s.parked = s.parked[:0]
-		slices.SortFunc(batch, func(a, b *Pending) int { return a.Arrival.Compare(b.Arrival) })
+		slices.SortFunc(batch, retryOrder)
 	}
 	for _, p := range batch {
 		p.parked = false
@@ -43,6 +44,24 @@ func (s *Scheduler) retryParked(onlyDue bool) {
 		s.try(p)
 	}
 	s.batch = nil
+}
+
+// retryOrder is the order in which parked requests are retried after a change, so the
+// first of them takes a slot that freed up: arrival order, except that requests whose
+// entry says capacity_wait_order "shortest" go by their Work (least first, then arrival),
+// after any that do not.
+func retryOrder(a, b *Pending) int {
+	if c := cmp.Compare(shortestKey(a), shortestKey(b)); c != 0 {
+		return c
+	}
+	return a.Arrival.Compare(b.Arrival)
+}
+
+func shortestKey(p *Pending) uint64 {
+	if p.Entry == nil || !p.Entry.ShortestFirst {
+		return 0
+	}
+	return p.Work()
 }
 
 func (s *Scheduler) armAlarm() {

@@ -176,11 +176,11 @@ func TestFields(t *testing.T) {
 		{Random, common},
 		{Pulsar, "algorithm consider_kv_free_tokens max_input_work_seconds prefill_wait rendezvous_weight request_algorithms require_cache_affinity_key require_input_tokens seed"},
 		{WaitAndWiden, "algorithm cache_affinity_backend_selection_count cache_affinity_input_tokens_scale cache_affinity_virtual_nodes " +
-			"cache_affinity_wait_ms capacity_wait_ms comparator ignore_input_processing_time ignore_queue_time last_cluster_affinity max_input_work_seconds max_queue_time_ceil_ms " +
+			"cache_affinity_wait_ms capacity_wait_ms capacity_wait_order comparator ignore_input_processing_time ignore_queue_time last_cluster_affinity max_input_work_seconds max_queue_time_ceil_ms " +
 			"max_queue_time_floor_ms max_queued n next_bucket_unlock_factor prefill_wait prefix_affinity prefix_index_blocks prefix_index_ttl_ms request_algorithms require_cache_affinity_key " +
 			"require_input_tokens seed session_affinity_ttl_ms session_table_size tie_tolerance_ms ttft_bucket_size_ms ttft_correction"},
 		{PulsarWaitAndWiden, "algorithm band_widen_interval_ms cache_affinity_backend_selection_count cache_affinity_input_tokens_scale cache_affinity_virtual_nodes " +
-			"cache_affinity_wait_ms capacity_wait_ms comparator consider_kv_free_tokens fallback_max_queued ignore_input_processing_time ignore_queue_time last_cluster_affinity max_input_work_seconds " +
+			"cache_affinity_wait_ms capacity_wait_ms capacity_wait_order comparator consider_kv_free_tokens fallback_max_queued ignore_input_processing_time ignore_queue_time last_cluster_affinity max_input_work_seconds " +
 			"max_queue_time_ceil_ms max_queue_time_floor_ms max_queued n next_bucket_unlock_factor prefill_wait rendezvous_weight request_algorithms " +
 			"require_cache_affinity_key require_input_tokens seed ttft_bucket_size_ms ttft_correction"},
 		{Algorithm(42), ""},

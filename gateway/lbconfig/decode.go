@@ -54,7 +54,7 @@ var wawFields = []string{
 	"comparator", "seed", "cache_affinity_virtual_nodes", "cache_affinity_backend_selection_count",
 	"cache_affinity_wait_ms", "cache_affinity_input_tokens_scale", fieldQueueFloor, fieldQueueCeil,
 	"ttft_bucket_size_ms", "next_bucket_unlock_factor", "n", "max_queued", "ignore_queue_time",
-	"ignore_input_processing_time", "last_cluster_affinity", "capacity_wait_ms", fieldPrefillWait, fieldTTFTCorrection,
+	"ignore_input_processing_time", "last_cluster_affinity", "capacity_wait_ms", "capacity_wait_order", fieldPrefillWait, fieldTTFTCorrection,
 }
 
 // algorithmFields lists the algorithm-specific fields of each algorithm. A comparator is
@@ -370,6 +370,8 @@ func (d *entryDecoder) set(field string, raw json.RawMessage) error {
 		return assign(&e.PrefillWait, raw, decodeBool)
 	case "capacity_wait_ms":
 		return assign(&e.CapacityWait, raw, decodeMillis)
+	case "capacity_wait_order":
+		return assign(&e.ShortestFirst, raw, decodeWaitOrder)
 	case fieldTTFTCorrection:
 		return assign(&e.TTFTCorrection, raw, decodeBool)
 	case fieldRendezvousWeight:
@@ -517,6 +519,21 @@ func decodeWeight(raw json.RawMessage) (RendezvousWeight, error) {
 		return WeightDefault, err
 	}
 	return ParseRendezvousWeight(name)
+}
+
+// decodeWaitOrder decodes capacity_wait_order: "arrival" (false) or "shortest" (true).
+func decodeWaitOrder(raw json.RawMessage) (bool, error) {
+	name, err := decodeString(raw)
+	if err != nil {
+		return false, err
+	}
+	switch name {
+	case "arrival":
+		return false, nil
+	case "shortest":
+		return true, nil
+	}
+	return false, fmt.Errorf("must be \"arrival\" or \"shortest\", not %q", name)
 }
 
 func decodeComparator(raw json.RawMessage) (load.Comparator, error) {

@@ -170,7 +170,7 @@ func TestParse(t *testing.T) {
 				"ttft_bucket_size_ms":0,"next_bucket_unlock_factor":-0.5,"n":3,"max_queued":18446744073709551615,
 				"ignore_queue_time":true,"ignore_input_processing_time":true,"tie_tolerance_ms":5,
 				"session_affinity_ttl_ms":0,"session_table_size":10,"prefix_affinity":true,"prefix_index_blocks":64,
-				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,"capacity_wait_ms":250,"prefill_wait":false,"ttft_correction":false,
+				"prefix_index_ttl_ms":0,"last_cluster_affinity":true,"capacity_wait_ms":250,"capacity_wait_order":"shortest","prefill_wait":false,"ttft_correction":false,
 				"require_cache_affinity_key":false,"require_input_tokens":true,"max_input_work_seconds":0}}}`,
 			want: config(pon, nil, map[string]Model{"m": {Entry: Entry{
 				Algorithm: WaitAndWiden, Name: "wait-and-widen", RequireInputTokens: true,
@@ -179,7 +179,7 @@ func TestParse(t *testing.T) {
 				HasQueueSLO: true, QueueFloor: 300 * time.Millisecond, QueueCeil: 100 * time.Millisecond,
 				UnlockFactor: -0.5, N: 3, MaxQueued: math.MaxUint64, IgnoreQueueTime: true, IgnoreInputProcessingTime: true,
 				TieTolerance: 5 * time.Millisecond, SessionTableSize: 10, PrefixAffinity: true, PrefixIndexBlocks: 64,
-				LastClusterAffinity: true, CapacityWait: 250 * time.Millisecond,
+				LastClusterAffinity: true, CapacityWait: 250 * time.Millisecond, ShortestFirst: true,
 			}}}),
 		},
 		{
@@ -333,6 +333,14 @@ func TestParseErrors(t *testing.T) {
 		{
 			"comparator null on pulsar-wait-and-widen", `{"models":{"m":{"algorithm":"pulsar-wait-and-widen","comparator":null}}}`,
 			[]string{`models["m"].comparator: must be a string, not null`},
+		},
+		{
+			"unknown capacity_wait_order", `{"models":{"m":{"algorithm":"wait-and-widen","capacity_wait_order":"longest"}}}`,
+			[]string{`models["m"].capacity_wait_order: must be "arrival" or "shortest", not "longest"`},
+		},
+		{
+			"capacity_wait_order on power-of-n", `{"models":{"m":{"algorithm":"power-of-n","capacity_wait_order":"arrival"}}}`,
+			[]string{`models["m"]: power-of-n config does not support field(s): capacity_wait_order`},
 		},
 		{
 			"unknown comparator", `{"models":{"m":{"algorithm":"power-of-n","comparator":"fastest"}}}`,

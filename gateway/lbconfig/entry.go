@@ -126,6 +126,14 @@ type Entry struct {
 	// not start within this time are shed (503 with Retry-After). Default 0: fail at once,
 	// as the reference router does.
 	CapacityWait time.Duration
+	// ShortestFirst is capacity_wait_order "shortest" (wait-and-widen and
+	// pulsar-wait-and-widen): when a slot frees, the parked request with the least work
+	// (input tokens plus its max_tokens bound) takes it first, instead of the earliest
+	// arrival ("arrival", the default). Under overload this completes more requests per
+	// second; the requests that wait past capacity_wait_ms and are shed are then the
+	// longest ones. A request that names no output bound counts as longer than every one
+	// that does.
+	ShortestFirst bool
 	// PrefillWait is prefill_wait (wait-and-widen, pulsar and pulsar-wait-and-widen): a
 	// request whose affinity key's previous request is still being prefilled on the
 	// cluster it is routed to waits until that prompt is cached there (the earlier
