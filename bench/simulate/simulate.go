@@ -12,7 +12,8 @@
 // Unavailable answered 503 unless capacity_wait_ms lets the request wait); clients keep
 // at most max_concurrency requests in flight and send at the manifest's arrival times.
 // Not modelled: network RTT (a fixed 1 ms), jitter, retries after a pylon's 429, several
-// pylons per cluster, degradations, prefill_wait, TTFT correction, and the prompt hashes
+// pylons per cluster, degradations, prefill_wait, capacity_wait_order (waiting requests
+// retry in arrival order), TTFT correction, and the prompt hashes
 // of plain clients (an algorithm with clients: plain is simulated without an affinity key
 // and without prefix-aware routing).
 package simulate

@@ -261,3 +261,47 @@ func TestRequestLifecycleAllocatesNothing(t *testing.T) {
 		t.Errorf("%d requests still live", a.Live())
 	}
 }
+
+// A held request (waiting for its session's prompt in flight) is queued work but holds no
+// engine slot: it leaves the running count until Release, or until it moves on or ends.
+func TestHeldRequestsHoldNoSlot(t *testing.T) {
+	t.Parallel()
+	a := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 2, InitialInputTPS: 1000, PinInputTPS: true})
+	off := admission.Config{}
+	a.Admit("first", 0, 1000, 0, false, off, t0)
+	a.ResponseStarted("first")
+	for _, id := range []string{"second", "third"} {
+		a.Admit(id, 0, 200, 0, false, off, t0)
+		a.Hold(id)
+	}
+	a.Hold("second") // twice: counted once
+	a.Hold("unknown")
+	l := a.Load(t0)
+	if l.RunningRequests != 1 || l.QueueSize != 3 || l.QueuedInputTokens != 1400 {
+		t.Errorf("two held: running %d, queue %d, queued tokens %d; want 1, 3, 1400", l.RunningRequests, l.QueueSize, l.QueuedInputTokens)
+	}
+	// Admission sees the free slot: a new request is not behind the held ones' slots.
+	if d := a.Admit("fourth", 0, 10, 0, true, on, t0); d.Result != admission.Accepted {
+		t.Errorf("with a slot free but for held requests: %+v, want accepted", d)
+	}
+	a.Finish("fourth", 0, 0, t0)
+	a.Release("second")
+	a.Release("second")
+	a.ResponseStarted("third") // reached the engine without a Release: no longer held
+	if l := a.Load(t0); l.RunningRequests != 3 {
+		t.Errorf("after the holds end: running %d, want 3", l.RunningRequests)
+	}
+	a.Hold("third") // not Pending any more: not held again
+	for _, id := range []string{"first", "second", "third"} {
+		a.Finish(id, 0, 0, t0)
+	}
+	if l := a.Load(t0); l.RunningRequests != 0 || l.QueueSize != 0 {
+		t.Errorf("all finished: running %d, queue %d", l.RunningRequests, l.QueueSize)
+	}
+	a.Admit("fifth", 0, 10, 0, false, off, t0)
+	a.Hold("fifth")
+	a.Finish("fifth", 0, 0, t0) // ends while held
+	if l := a.Load(t0); l.RunningRequests != 0 {
+		t.Errorf("a held request that ended: running %d, want 0", l.RunningRequests)
+	}
+}
