@@ -252,6 +252,19 @@ type Pending struct {
 	// (prefill_wait), taken again once that prompt is cached (see grantBehind).
 	behind       lb.Decision
 	behindTarget string
+	// decideFrom, when set, is where the balancer's clock starts instead of Arrival: the
+	// moment the prompt p waited for was cached on a cluster too full to take p (see
+	// grantBehind).
+	decideFrom time.Time
+}
+
+// decisionElapsed is the time the balancer counts p as having waited at now (see
+// decideFrom).
+func (p *Pending) decisionElapsed(now time.Time) time.Duration {
+	if p.decideFrom.IsZero() {
+		return now.Sub(p.Arrival)
+	}
+	return now.Sub(p.decideFrom)
 }
 
 // Work is the request's size for capacity_wait_order "shortest": its input tokens plus

@@ -89,7 +89,15 @@ func (s *Scheduler) grantBehind(p *Pending, snap *lb.Snapshot, elapsed time.Dura
 		return true
 	}
 	i := slices.IndexFunc(snap.Candidates, func(c lb.Candidate) bool { return c.ClusterID == cluster })
-	if i < 0 || p.Req.IsExcluded(cluster) || !snap.Candidates[i].Load.HasCapacity(maxQueued) {
+	if i < 0 || p.Req.IsExcluded(cluster) {
+		return false
+	}
+	if !snap.Candidates[i].Load.HasCapacity(maxQueued) {
+		// The prompt is cached there but the cluster is full: the balancer decides anew,
+		// with its hold and the pace at which costlier clusters unlock counted from now.
+		// The time spent waiting for the prompt was spent waiting for the cache that now
+		// exists; counted, it would have unlocked every cluster that lacks it at once.
+		p.decideFrom = now
 		return false
 	}
 	id, ok := s.pickBackend(cluster, p)

@@ -440,7 +440,7 @@ func (s *Scheduler) try(p *Pending) {
 			return
 		}
 		s.behindPrefill(p, now)
-		d := bal.Decide(snap, &p.Req, elapsed)
+		d := bal.Decide(snap, &p.Req, p.decisionElapsed(now))
 		switch d.Kind {
 		case lb.KindSelected:
 			cand := &snap.Candidates[d.Index]

@@ -525,3 +525,46 @@ func TestConversationWaitsForItsPromptInFlight(t *testing.T) {
 		t.Errorf("session key %q, want the affinity key", p.SessionKey())
 	}
 }
+
+// A turn that waited for its session's prompt in flight and finds the cluster that now
+// caches it full waits there for a slot rather than moving at once: the time it spent
+// waiting for the prompt does not count toward unlocking the clusters that lack it.
+func TestCachedPromptOnAFullClusterIsWaitedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		e := waw()
+		e.SelectionCount = 1
+		idle := load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}
+		f.backend("a", time.Millisecond, idle, 0)
+		f.backend("b", time.Millisecond, idle, 0)
+		turn := func(tokens uint64) *dispatch.Pending {
+			return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
+		}
+		first := <-turn(1000).Mailbox
+		if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
+			t.Fatalf("first turn: %+v, want granted and tracked", first)
+		}
+		home, other := first.BackendID, "b"
+		if home == "b" {
+			other = "a"
+		}
+		second := turn(1100)
+		// The prompt is in flight for 2 s, longer than prefilling all of it on the other
+		// cluster (1.1 s); meanwhile home fills up.
+		time.Sleep(2 * time.Second)
+		full := idle
+		full.RunningRequests = 2
+		f.backend(home, time.Millisecond, full, 1)
+		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "session", Token: first.PrefillToken})
+		time.Sleep(500 * time.Millisecond)
+		select {
+		case out := <-second.Mailbox:
+			t.Fatalf("second turn answered while its cached prompt's cluster is full: %+v (the other cluster is %s)", out, other)
+		default:
+		}
+		f.backend(home, time.Millisecond, idle, 1) // a slot frees up
+		if out := <-second.Mailbox; out.Kind != dispatch.OutcomeGranted || out.BackendID != home {
+			t.Errorf("second turn: %+v, want granted on %s, which caches its prompt", out, home)
+		}
+	})
+}
