@@ -29,6 +29,9 @@ const (
 	HeaderKVUncached       = "x-kv-cache-uncached-input-tokens"
 	HeaderKVEvictedEntries = "x-kv-cache-evicted-entries"
 	HeaderKVEvictedTokens  = "x-kv-cache-evicted-tokens" //nolint:gosec // a header name, not a credential
+	// HeaderEngineQueued is the mock engine's mark on a request that waited for one of
+	// its concurrency slots.
+	HeaderEngineQueued = "x-engine-queued"
 	// HeaderRetries is read when the gateway reports how many times it retried a request
 	// (an assumption: the routing contract does not name such a header yet).
 	HeaderRetries = "x-switchyard-retries"
@@ -223,6 +226,7 @@ func (s *httpSender) send(ctx context.Context, r *scenario.Request, sent time.Ti
 	rec.Cluster = string(h.Peek(wire.HeaderClusterID))
 	rec.ErrorCode = string(h.Peek(wire.HeaderErrorCode))
 	rec.KV = kvHeaders(h)
+	rec.EngineQueued = string(h.Peek(HeaderEngineQueued)) == "true"
 	if v := h.Peek(HeaderRetries); len(v) > 0 {
 		rec.Retries, _ = strconv.Atoi(string(v))
 	}

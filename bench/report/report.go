@@ -125,14 +125,14 @@ func table(w io.Writer, header []string, rows [][]string) {
 	fmt.Fprintln(w)
 }
 
-// summaryHeader are the reference bench report's summary columns.
+// summaryHeader are the reference bench report's summary columns, and ours after them.
 var summaryHeader = []string{
 	"Algorithm", "Admission Mode", "Success", "Successful RPS", "Output Goodput", "Avg TTFT", "P95 TTFT",
 	"Avg TTLT", "P95 TTLT", "Max TTLT", "Total Length", "Cluster Equal Balance", "Cluster Input-Capacity Balance",
 	"Pylon Equal Balance", "Pylon Capacity Balance", "Cache Hits", "Cache Hit Rate", "Input Reuse Rate",
 	"Reused Input", "Prefilled Input", "Cache Movement", "Cache Evictions", "Evicted Tokens", "Failure Groups",
 	"Fallback Route Choices", "KV-Free Fallback Choices", "Pylon Rejected", "Pylon Disabled",
-	"Queue Mismatch Retries", "Retry Exhausted",
+	"Queue Mismatch Retries", "Retry Exhausted", "Engine Queued",
 }
 
 func summaryRow(s *score.Summary) []string {
@@ -146,7 +146,7 @@ func summaryRow(s *score.Summary) []string {
 		strconv.FormatUint(s.Cache.ReusedInput, 10), strconv.FormatUint(s.Cache.UncachedInput, 10), optPct(s.Stickiness.MovementRate),
 		strconv.FormatUint(s.Cache.Evictions, 10), strconv.FormatUint(s.Cache.EvictedTokens, 10), strconv.Itoa(len(s.Failures)),
 		num(c.FallbackChoices), num(c.KVFreeFallback), num(c.AdmissionDecisions["rejected"]), num(c.AdmissionDecisions["disabled"]),
-		num(c.QueueMismatchRetries), num(c.RetryExhaustedTotal),
+		num(c.QueueMismatchRetries), num(c.RetryExhaustedTotal), strconv.Itoa(s.EngineQueued),
 	}
 }
 

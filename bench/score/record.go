@@ -34,6 +34,9 @@ type Record struct {
 	Cluster string `json:"cluster,omitempty"`
 	// KV is the mock engine's x-kv-cache-* headers, when present.
 	KV *KV `json:"kv,omitempty"`
+	// EngineQueued says the mock engine made the request wait for a concurrency slot
+	// (x-engine-queued): routing pushed its engine past its concurrency.
+	EngineQueued bool `json:"engine_queued,omitempty"`
 	// Retries is the gateway's retry count for this request when it reports one.
 	Retries int `json:"retries,omitempty"`
 	// Completed is false when the stream ended before its terminating event.

@@ -115,13 +115,16 @@ type Summary struct {
 	PylonEqualBalance           *float64 `json:"pylon_equal_balance"`
 	PylonCapacityBalance        *float64 `json:"pylon_capacity_balance"`
 
-	Cache      Cache          `json:"cache"`
-	Stickiness Stickiness     `json:"stickiness"`
-	Failures   []FailureGroup `json:"failures"`
-	Backends   []Share        `json:"backends"`
-	Clusters   []Share        `json:"clusters"`
-	Counters   Counters       `json:"counters"`
-	Warnings   []string       `json:"warnings"`
+	Cache      Cache      `json:"cache"`
+	Stickiness Stickiness `json:"stickiness"`
+	// EngineQueued counts the requests an engine made wait for a concurrency slot
+	// (the mock engine's x-engine-queued): the router sent more than the engine runs at once.
+	EngineQueued int            `json:"engine_queued"`
+	Failures     []FailureGroup `json:"failures"`
+	Backends     []Share        `json:"backends"`
+	Clusters     []Share        `json:"clusters"`
+	Counters     Counters       `json:"counters"`
+	Warnings     []string       `json:"warnings"`
 	// TTFTEstimate is the gateway's TTFT-estimate error over the run (nil when the
 	// gateway observed none).
 	TTFTEstimate *EstimateError `json:"ttft_estimate_error,omitempty"`
@@ -227,6 +230,9 @@ func Score(in *Input) Summary {
 			}
 		} else {
 			failures[FailureGroup{Status: r.Status, Backend: r.Backend, Error: r.Error}]++
+		}
+		if r.EngineQueued {
+			s.EngineQueued++
 		}
 		if kv := r.KV; kv != nil {
 			s.Cache.Reported++

@@ -45,6 +45,9 @@ func TestScoreFigures(t *testing.T) {
 	if s.SuccessfulRPS != 4.5 || s.OutputGoodput != 45 {
 		t.Errorf("rps %v goodput %v", s.SuccessfulRPS, s.OutputGoodput)
 	}
+	if s.EngineQueued != 2 { // requests 0 and 12: backend-0, every third
+		t.Errorf("engine queued %d, want 2", s.EngineQueued)
+	}
 	if len(s.Failures) != 2 || s.Failures[0].Count != 1 {
 		t.Errorf("failures %+v", s.Failures)
 	}

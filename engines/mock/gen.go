@@ -117,6 +117,7 @@ type gen struct {
 	emitted    int
 	span       trace.Span // nil: tracing off
 	slot       bool
+	queued     bool // waited for a concurrency slot
 	admitted   bool
 	finishOnce sync.Once
 }
@@ -133,6 +134,7 @@ func (g *gen) admit() error {
 		select {
 		case e.sem <- struct{}{}:
 		default:
+			g.queued = true
 			e.semWaiting.Add(1)
 			select {
 			case e.sem <- struct{}{}:
@@ -407,6 +409,9 @@ func (e *Engine) generate(ctx *fasthttp.RequestCtx, ep endpoint) error {
 	h.Set(headerKVUncached, strconv.FormatUint(g.access.Uncached, 10))
 	h.Set(headerKVEvictedEnts, strconv.FormatUint(g.evicted.Entries, 10))
 	h.Set(headerKVEvictedToks, strconv.FormatUint(g.evicted.Tokens, 10))
+	if g.queued {
+		h.Set(headerQueued, "true")
+	}
 	h.Set(headerRequestID, id)
 	if req.stream {
 		// The prompt and its block hashes served the cache lookup and commit; an open

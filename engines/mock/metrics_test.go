@@ -193,3 +193,32 @@ func TestMetricNameSetsCarryTheSameFigures(t *testing.T) {
 		}
 	}
 }
+
+// A request that found every concurrency slot taken and waited for one carries
+// x-engine-queued: true; one that got a slot at once carries no such header.
+func TestQueuedHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, mock.Config{
+			ModelNames: []string{"m"}, NumTokens: 5, TokenDelay: 10 * time.Millisecond, PrefillTokensPerSecond: 10_000,
+			MaxConcurrentRequests: 1,
+		})
+		defer h.stop()
+		queued := make([]string, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				hdr, _, err := h.stream(call{method: "POST", path: "/v1/chat/completions", body: chatBody(true, fmt.Sprint("prompt ", i)), headers: hdrs("x-input-tokens", "100")})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				queued[i] = string(hdr.Peek("x-engine-queued"))
+			})
+			synctest.Wait() // admitted in order
+		}
+		wg.Wait()
+		if queued[0] != "" || queued[1] != "true" {
+			t.Errorf("x-engine-queued: first %q, second %q; want none on the first, true on the second", queued[0], queued[1])
+		}
+	})
+}

@@ -37,6 +37,9 @@ const (
 	headerKVUncached    = "x-kv-cache-uncached-input-tokens"
 	headerKVEvictedEnts = "x-kv-cache-evicted-entries"
 	headerKVEvictedToks = "x-kv-cache-evicted-tokens"
+	// headerQueued is "true" on a request that found every concurrency slot taken and
+	// waited for one (legacy timing): the engine was pushed past its concurrency.
+	headerQueued = "x-engine-queued"
 )
 
 // body is the union of the request fields the engine reads from the four endpoints.
