@@ -259,9 +259,6 @@ func (a *genActor) Receive(c actor.Context) {
 		now := a.now()
 		d := a.agg.AdmitDispatch(m.id, m.priority, m.inputTokens, m.expectedMs, m.hasExpected, m.from, a.adm, now)
 		if d.Admit() {
-			if m.held {
-				a.agg.Hold(m.id)
-			}
 			a.changed()
 		} else {
 			a.refresh(now) // the 429 carries x-pylon-load
@@ -272,9 +269,6 @@ func (a *genActor) Receive(c actor.Context) {
 		a.changed()
 		a.refresh(a.now())
 		m.reply <- reply{}
-	case *promptReady:
-		a.agg.Release(m.id)
-		a.changed()
 	case *firstOutput:
 		a.agg.FirstOutput(m.id, m.at)
 		a.changed()
@@ -390,13 +384,8 @@ type (
 		expectedMs  uint64
 		hasExpected bool
 		from        stats.Dispatch // the dispatching gateway and its seq (zero: none)
-		// held: once admitted, the request waits for its session's prompt in flight
-		// (pylon.waitPrompt) and holds no engine slot until promptReady.
-		held  bool
-		reply chan reply
+		reply       chan reply
 	}
-	// promptReady ends a held request's wait: it goes to the engine now.
-	promptReady struct{ id string }
 	// reply is the actor's answer on a message's reply channel (a value).
 	reply struct {
 		decision    admission.Decision

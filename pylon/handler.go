@@ -167,7 +167,6 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 			msgs.admitted.from.Prefill, msgs.admitted.from.HasPrefill = w, true
 		}
 	}
-	msgs.admitted.held = ahead != nil
 	r, ok := g.call(p.sys.Root, &msgs.admitted, ch)
 	if ok {
 		g.replies.put(ch)
@@ -199,10 +198,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	p.inflight.Add(1)
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
-	if ahead != nil {
-		p.waitPrompt(ahead)
-		p.sys.Root.Send(g.pid, &promptReady{id: id})
-	}
+	p.waitPrompt(ahead)
 
 	hasPriority := len(dh.priority) > 0
 	toEngine.DeleteRequest(h, dh.strip)

@@ -85,7 +85,6 @@ type request struct {
 	admittedAt  time.Time
 	dispatch    Dispatch // who dispatched it, in which order (see AdmitDispatch)
 	late        bool     // admitted after a later dispatch of the same gateway
-	held        bool     // waiting for its session's prompt in flight (see Hold)
 }
 
 type engineRequest struct {
@@ -103,7 +102,6 @@ type Aggregate struct {
 	generation uint64
 
 	reqs        map[string]request // by value: admitting a request allocates nothing
-	held        uint64             // live requests held (see Hold): queued, in no engine slot
 	count       [numPhases]uint64
 	tokens      [numPhases]uint64
 	pendingWork map[uint32]uint64 // Pending prompt work by priority
@@ -228,7 +226,6 @@ func (a *Aggregate) AdmitDispatch(id string, priority uint32, inputTokens, expec
 }
 
 func (a *Aggregate) move(r *request, to Phase) {
-	a.release(r)
 	if r.late && r.phase < OutputGeneration && to >= OutputGeneration {
 		a.lateQueued-- // see withoutLaterDispatches
 	}
@@ -248,32 +245,6 @@ func (a *Aggregate) move(r *request, to Phase) {
 		}
 	}
 	r.phase = to
-}
-
-// Hold marks a live Pending request as waiting, before it reaches the engine, for its
-// session's prompt in flight to be cached: it stays queued work, but holds no engine
-// slot, so it leaves the running count until Release (or until it moves on or ends).
-func (a *Aggregate) Hold(id string) {
-	if r, ok := a.reqs[id]; ok && !r.held && r.phase == Pending {
-		r.held = true
-		a.reqs[id] = r
-		a.held++
-	}
-}
-
-// Release ends a request's Hold: it is on its way to the engine.
-func (a *Aggregate) Release(id string) {
-	if r, ok := a.reqs[id]; ok && r.held {
-		a.release(&r)
-		a.reqs[id] = r
-	}
-}
-
-func (a *Aggregate) release(r *request) {
-	if r.held {
-		r.held = false
-		a.held--
-	}
 }
 
 // ResponseStarted moves a Pending request to InputProcessing (engine headers arrived).
@@ -558,8 +529,7 @@ type combined struct {
 // combineEngine merges the engine's view with the pylon's own:
 //
 //   - running requests: the maximum of the engine's running count and the pylon's live
-//     requests not held (see Hold; the pylon's count is fresher; the engine's includes
-//     other clients);
+//     requests (the pylon's count is fresher; the engine's includes other clients);
 //   - queue size: the maximum of the engine's waiting count and the pylon's own queue
 //     (Pending and InputProcessing requests);
 //   - queued work: the pylon's prompt tokens of the requests it relayed, plus, for the
@@ -572,7 +542,7 @@ type combined struct {
 // of them sees the same engine, while the running count is cluster-scoped (the latest
 // backend's value is used, not a sum). Without a fresh engine view it is the pylon's own.
 func (a *Aggregate) combineEngine(now time.Time) combined {
-	c := combined{running: uint64(len(a.reqs)) - a.held, queue: a.count[Pending] + a.count[InputProcessing]}
+	c := combined{running: uint64(len(a.reqs)), queue: a.count[Pending] + a.count[InputProcessing]}
 	e := &a.engine
 	if !e.HasLoad || !a.engineFresh(now) {
 		return c
