@@ -252,19 +252,19 @@ type Pending struct {
 	// (prefill_wait), taken again once that prompt is cached (see grantBehind).
 	behind       lb.Decision
 	behindTarget string
-	// decideFrom, when set, is where the balancer's clock starts instead of Arrival: the
-	// moment the prompt p waited for was cached on a cluster too full to take p (see
-	// grantBehind).
+	// decideFrom, when after Arrival, is where the balancer's clock starts instead: the
+	// moment the session's prompt in flight p was priced behind is (expected) cached
+	// (behindPrefill), or was cached on a cluster too full to take p (grantBehind).
 	decideFrom time.Time
 }
 
 // decisionElapsed is the time the balancer counts p as having waited at now (see
 // decideFrom).
 func (p *Pending) decisionElapsed(now time.Time) time.Duration {
-	if p.decideFrom.IsZero() {
-		return now.Sub(p.Arrival)
+	if p.decideFrom.After(p.Arrival) {
+		return max(now.Sub(p.decideFrom), 0)
 	}
-	return now.Sub(p.decideFrom)
+	return now.Sub(p.Arrival)
 }
 
 // Work is the request's size for capacity_wait_order "shortest": its input tokens plus

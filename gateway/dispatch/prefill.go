@@ -22,7 +22,7 @@ import (
 type prefillState struct {
 	cluster string
 	token   uint64    // the grant's Outcome.PrefillToken
-	ready   time.Time // when its prompt is expected cached (grant + its full TTFT estimate)
+	ready   time.Time // when its prompt is expected cached (grant + its TTFT estimate)
 	cached  bool      // its response headers came (PrefillDone): nobody waits for it any more
 	until   time.Time
 }
@@ -128,12 +128,21 @@ func (s *Scheduler) behindPrefill(p *Pending, now time.Time) {
 		if st.cached {
 			p.Req.PrefillLeft = 0
 		}
+		// Until the prompt is cached, p waits for a cache that is on its way: the
+		// balancer's hold and the pace at which clusters lacking the prompt unlock count
+		// from the moment it is (expected) cached, not from p's arrival (decisionElapsed).
+		if at := minTime(now, st.ready); at.After(p.decideFrom) {
+			p.decideFrom = at
+		}
 	}
 }
 
 // trackPrefill records p's grant on cand as its key's prompt in flight and marks out so
-// that the handler reports its headers (PrefillDone).
-func (s *Scheduler) trackPrefill(p *Pending, cand *lb.Candidate, out *Outcome, now time.Time) {
+// that the handler reports its headers (PrefillDone). The prompt is expected cached after
+// the grant's estimate at the share of the prompt the decision expected cached there (a
+// later turn of a session prefills only its new suffix); the wait for it is bounded by
+// the estimate of prefilling all of it.
+func (s *Scheduler) trackPrefill(p *Pending, cand *lb.Candidate, cachedShare float64, out *Outcome, now time.Time) {
 	key := p.SessionKey()
 	if !p.Entry.PrefillWait || key == "" {
 		return
@@ -152,9 +161,15 @@ func (s *Scheduler) trackPrefill(p *Pending, cand *lb.Candidate, out *Outcome, n
 	if !full.IsFinite() || full < 0 {
 		return
 	}
+	ready := full
+	if cachedShare > 0 {
+		if e := cand.Estimate(&p.Req, 1-min(cachedShare, 1), load.Ignore{}).TTFT; e.IsFinite() && e >= 0 && e < full {
+			ready = e
+		}
+	}
 	s.prefillToken++
 	out.PrefillToken = s.prefillToken
-	s.prefills[key] = prefillState{cluster: cand.ClusterID, token: s.prefillToken, ready: now.Add(full.Duration()), until: now.Add(min(2*full.Duration()+prefillSlack, maxPrefillWait))}
+	s.prefills[key] = prefillState{cluster: cand.ClusterID, token: s.prefillToken, ready: now.Add(ready.Duration()), until: now.Add(min(2*full.Duration()+prefillSlack, maxPrefillWait))}
 }
 
 // prefillDone forgets a prompt in flight once its attempt has its headers; it reports
@@ -168,6 +183,7 @@ func (s *Scheduler) prefillDone(m PrefillDone) bool {
 	// decodes, so a next turn of the session is priced at that cluster without waiting
 	// for anything but a slot (see behindPrefill).
 	st.cached = true
+	st.ready = minTime(st.ready, s.deps.Now()) // when it was cached in fact
 	s.prefills[m.Key] = st
 	return true
 }

@@ -589,7 +589,7 @@ func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb
 	if !p.routed {
 		p.routed, out.Routing = true, elapsed
 	}
-	s.trackPrefill(p, cand, &out, p.Arrival.Add(elapsed))
+	s.trackPrefill(p, cand, d.CachedShare, &out, p.Arrival.Add(elapsed))
 	s.trying = nil
 	p.Mailbox <- out
 }
