@@ -59,7 +59,7 @@ func Input(name string, skew int) score.Input {
 			Sent: time.Duration(i) * 150 * ms, Status: 200, Completed: true, OutputTokens: 10,
 			TTFT: time.Duration(20+7*i+10*b) * ms, TTLT: time.Duration(120+9*i+20*b) * ms,
 			Backend: fmt.Sprintf("backend-%d", b), Cluster: fmt.Sprintf("cluster-%d", b/2),
-			KV: &score.KV{Hit: i >= 5 && b == i%4, ReusedInput: uint64(50 * i), UncachedInput: 1000, EvictedEntries: uint64(i % 7 / 6), EvictedTokens: uint64(i%7/6) * 900},
+			KV:           &score.KV{Hit: i >= 5 && b == i%4, ReusedInput: uint64(50 * i), UncachedInput: 1000, EvictedEntries: uint64(i % 7 / 6), EvictedTokens: uint64(i%7/6) * 900},
 			EngineQueued: b == 0 && i%3 == 0,
 		}
 		switch i {
