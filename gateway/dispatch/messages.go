@@ -254,7 +254,7 @@ type Pending struct {
 	behindTarget string
 	// decideFrom, when after Arrival, is where the balancer's clock starts instead: the
 	// moment the session's prompt in flight p was priced behind is (expected) cached
-	// (behindPrefill), or was cached on a cluster too full to take p (grantBehind).
+	// (behindPrefill).
 	decideFrom time.Time
 }
 

@@ -89,15 +89,9 @@ func (s *Scheduler) grantBehind(p *Pending, snap *lb.Snapshot, elapsed time.Dura
 		return true
 	}
 	i := slices.IndexFunc(snap.Candidates, func(c lb.Candidate) bool { return c.ClusterID == cluster })
-	if i < 0 || p.Req.IsExcluded(cluster) {
-		return false
-	}
-	if !snap.Candidates[i].Load.HasCapacity(maxQueued) {
-		// The prompt is cached there but the cluster is full: the balancer decides anew,
-		// with its hold and the pace at which costlier clusters unlock counted from now.
-		// The time spent waiting for the prompt was spent waiting for the cache that now
-		// exists; counted, it would have unlocked every cluster that lacks it at once.
-		p.decideFrom = now
+	// A full cluster: the balancer decides anew, its clock counted from the moment the
+	// prompt was cached (behindPrefill).
+	if i < 0 || p.Req.IsExcluded(cluster) || !snap.Candidates[i].Load.HasCapacity(maxQueued) {
 		return false
 	}
 	id, ok := s.pickBackend(cluster, p)
@@ -183,7 +177,7 @@ func (s *Scheduler) prefillDone(m PrefillDone) bool {
 	// decodes, so a next turn of the session is priced at that cluster without waiting
 	// for anything but a slot (see behindPrefill).
 	st.cached = true
-	st.ready = minTime(st.ready, s.deps.Now()) // when it was cached in fact
+	st.ready = s.deps.Now() // when it was cached in fact
 	s.prefills[m.Key] = st
 	return true
 }
