@@ -33,11 +33,10 @@ func maxOutputTokens(body []byte) uint64 {
 // uintValue reads `: <digits>` at the start of b (white space allowed around the colon),
 // saturating at 1<<32 tokens.
 func uintValue(b []byte) (uint64, bool) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != ':' {
+	i, ok := afterColon(b, 0)
+	if !ok {
 		return 0, false
 	}
-	i = skipSpace(b, i+1)
 	var v uint64
 	digits := 0
 	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
@@ -50,6 +49,17 @@ func uintValue(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	return min(v, 1<<32), true
+}
+
+// afterColon skips the white space, the colon and the white space that follow a JSON
+// object key ending before b[i]; it returns where the value starts, false when there is
+// no colon.
+func afterColon(b []byte, i int) (int, bool) {
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return i, false
+	}
+	return skipSpace(b, i+1), true
 }
 
 func skipSpace(b []byte, i int) int {

@@ -43,16 +43,8 @@ func conversationHash(body []byte) uint64 {
 		return 0
 	}
 	start := i
-	i += len(promptKeys[0])
-	for i < len(body) && body[i] != '[' {
-		switch body[i] {
-		case ' ', '\t', '\r', '\n', ':':
-			i++
-		default:
-			return 0
-		}
-	}
-	if i >= len(body) {
+	i, ok := afterColon(body, i+len(promptKeys[0]))
+	if !ok || i >= len(body) || body[i] != '[' {
 		return 0
 	}
 	i++ // past '['
