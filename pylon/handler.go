@@ -162,10 +162,8 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		key = dh.conversation // a plain client's conversation, named by the gateway
 	}
 	turn, ahead, aheadTokens := p.prompts.enter(key, inputTokens, stream)
-	if ahead != nil && inputTokens > aheadTokens {
-		if w := inputTokens - aheadTokens; !msgs.admitted.from.HasPrefill || w < msgs.admitted.from.Prefill {
-			msgs.admitted.from.Prefill, msgs.admitted.from.HasPrefill = w, true
-		}
+	if ahead != nil {
+		msgs.admitted.from.AtMostPrefill(inputTokens, aheadTokens)
 	}
 	r, ok := g.call(p.sys.Root, &msgs.admitted, ch)
 	if ok {

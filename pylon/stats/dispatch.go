@@ -37,6 +37,18 @@ type Dispatch struct {
 	HasPrefill bool
 }
 
+// AtMostPrefill lowers the request's expected prefill to the rest of its input beyond
+// the first cached tokens (a prompt it waits to find cached), unless it already expects
+// less. cached ≥ input changes nothing.
+func (d *Dispatch) AtMostPrefill(input, cached uint64) {
+	if cached >= input {
+		return
+	}
+	if w := input - cached; !d.HasPrefill || w < d.Prefill {
+		d.Prefill, d.HasPrefill = w, true
+	}
+}
+
 // noteDispatch records the highest seq admitted from d.From and reports whether d is
 // late (a later dispatch of d.From was admitted before it).
 func (a *Aggregate) noteDispatch(d Dispatch) (late bool) {

@@ -154,3 +154,26 @@ func TestAdmitCountsTheGatewaysPrefillExpectation(t *testing.T) {
 		})
 	}
 }
+
+// A request waiting for a prompt in flight expects to prefill only the rest of its input,
+// unless the gateway already expected less.
+func TestAtMostPrefill(t *testing.T) {
+	for _, c := range []struct {
+		d              stats.Dispatch
+		input, cached  uint64
+		want           uint64
+		wantHasPrefill bool
+	}{
+		{stats.Dispatch{}, 1000, 800, 200, true},
+		{stats.Dispatch{Prefill: 500, HasPrefill: true}, 1000, 800, 200, true},
+		{stats.Dispatch{Prefill: 100, HasPrefill: true}, 1000, 800, 100, true},
+		{stats.Dispatch{}, 1000, 1000, 0, false},
+		{stats.Dispatch{}, 1000, 1200, 0, false},
+	} {
+		d := c.d
+		d.AtMostPrefill(c.input, c.cached)
+		if d.Prefill != c.want || d.HasPrefill != c.wantHasPrefill {
+			t.Errorf("%+v.AtMostPrefill(%d, %d) = %d %v, want %d %v", c.d, c.input, c.cached, d.Prefill, d.HasPrefill, c.want, c.wantHasPrefill)
+		}
+	}
+}
