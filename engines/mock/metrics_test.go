@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
 	"github.com/switchyard/switchyard/engines/mock"
@@ -29,20 +30,11 @@ func metricsRun(t *testing.T, names string) (mid, end string) {
 			MaxConcurrentRequests: 2, KVCacheCapacityTokens: 10_000, MetricsNames: names,
 		})
 		defer h.stop()
-		var wg sync.WaitGroup
-		for i := range 4 {
-			wg.Go(func() {
-				_, _, err := h.stream(call{method: "POST", path: "/v1/chat/completions", body: chatBody(true, fmt.Sprint("prompt ", i)), headers: hdrs("x-input-tokens", "500")})
-				if err != nil {
-					t.Error(err)
-				}
-			})
-			synctest.Wait() // admitted in order
-		}
+		wait := startStreams(t, h, 4, "500")
 		time.Sleep(100 * time.Millisecond) // the first two decode, the others wait
 		synctest.Wait()
 		mid = string(h.do(call{method: "GET", path: "/metrics"}).Body())
-		wg.Wait()
+		wait()
 		body := `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"short"}]}`
 		if r := h.do(call{method: "POST", path: "/v1/chat/completions", body: body}); r.StatusCode() != 200 {
 			t.Errorf("buffered request: %d %s", r.StatusCode(), r.Body())
@@ -203,22 +195,36 @@ func TestQueuedHeader(t *testing.T) {
 			MaxConcurrentRequests: 1,
 		})
 		defer h.stop()
-		queued := make([]string, 2)
-		var wg sync.WaitGroup
-		for i := range 2 {
-			wg.Go(func() {
-				hdr, _, err := h.stream(call{method: "POST", path: "/v1/chat/completions", body: chatBody(true, fmt.Sprint("prompt ", i)), headers: hdrs("x-input-tokens", "100")})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				queued[i] = string(hdr.Peek("x-engine-queued"))
-			})
-			synctest.Wait() // admitted in order
+		headers := startStreams(t, h, 2, "100")()
+		if headers[0] == nil || headers[1] == nil {
+			t.Fatal("a stream failed")
 		}
-		wg.Wait()
-		if queued[0] != "" || queued[1] != "true" {
-			t.Errorf("x-engine-queued: first %q, second %q; want none on the first, true on the second", queued[0], queued[1])
+		if q0, q1 := string(headers[0].Peek("x-engine-queued")), string(headers[1].Peek("x-engine-queued")); q0 != "" || q1 != "true" {
+			t.Errorf("x-engine-queued: first %q, second %q; want none on the first, true on the second", q0, q1)
 		}
 	})
+}
+
+// startStreams starts n streamed chat requests of inputTokens each, admitted by the engine
+// in order, and returns a function that waits for them to end and returns their response
+// headers (nil for one that failed, reported as a test error).
+func startStreams(t *testing.T, h *harness, n int, inputTokens string) func() []*fasthttp.ResponseHeader {
+	t.Helper()
+	headers := make([]*fasthttp.ResponseHeader, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			hdr, _, err := h.stream(call{method: "POST", path: "/v1/chat/completions", body: chatBody(true, fmt.Sprint("prompt ", i)), headers: hdrs("x-input-tokens", inputTokens)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			headers[i] = hdr
+		})
+		synctest.Wait() // admitted in order
+	}
+	return func() []*fasthttp.ResponseHeader {
+		wg.Wait()
+		return headers
+	}
 }
