@@ -66,6 +66,10 @@ type Load struct {
 	// published; the gateway keeps it per backend from the reports, as the pulsar
 	// ranking's default weight.
 	MaxInputTPS float64
+	// RequestInputTPS is the rate one request's own prompt is prefilled at: the mean valid
+	// input throughput of a cluster's backends (one backend serves the request), set by
+	// cluster aggregation when the cluster has several; 0 means InputTPS. Not published.
+	RequestInputTPS float64
 }
 
 // ValidTPS reports whether a throughput is usable: finite and positive.
@@ -138,8 +142,11 @@ func (l *Load) EffectiveQueue(priority uint32) Millis {
 	return WorkTime(float64(l.QueuedInputTokens), l.InputTPS)
 }
 
-// Prefill is the time to process scale × inputTokens prompt tokens. Scale never makes an
-// engine without valid throughput usable: nonzero input there is +Inf even at scale 0.
+// Prefill is the time to process scale × inputTokens prompt tokens of one request: at
+// RequestInputTPS when it is set (a cluster of several backends, whose summed InputTPS is
+// the rate its queue drains at, not the rate one backend prefills one prompt at), else at
+// InputTPS. Scale never makes an engine without valid throughput usable: nonzero input
+// there is +Inf even at scale 0.
 func (l *Load) Prefill(inputTokens uint64, scale float64) Millis {
 	if inputTokens == 0 {
 		return 0
@@ -147,7 +154,11 @@ func (l *Load) Prefill(inputTokens uint64, scale float64) Millis {
 	if !ValidTPS(l.InputTPS) {
 		return Infinite
 	}
-	return Millis(scale * float64(inputTokens) / l.InputTPS * 1000)
+	tps := l.InputTPS
+	if ValidTPS(l.RequestInputTPS) {
+		tps = l.RequestInputTPS
+	}
+	return Millis(scale * float64(inputTokens) / tps * 1000)
 }
 
 // Estimate is the TTFT estimate of one request on one engine.

@@ -159,6 +159,26 @@ func TestPrefillScaleAndInvalidTPS(t *testing.T) {
 	}
 }
 
+// A cluster's request prefill runs at one backend's rate (RequestInputTPS) while its queue
+// drains at the summed rate (InputTPS).
+func TestPrefillAtTheRequestRate(t *testing.T) {
+	t.Parallel()
+	l := load.Load{InputTPS: 2000, RequestInputTPS: 1000, QueuedInputTokens: 2000}
+	e := l.Estimate(5, 500, 0, 1, load.Ignore{})
+	if e.Prefill != 500 || e.Queue != 1000 || e.TTFT != 1505 {
+		t.Errorf("estimate %+v, want prefill 500 ms (500 tokens at 1000/s), queue 1000 ms (2000 at 2000/s), TTFT 1505", e)
+	}
+	for _, bad := range []float64{math.NaN(), -1, math.Inf(1)} {
+		l.RequestInputTPS = bad
+		if got := l.Prefill(500, 1); got != 250 {
+			t.Errorf("request rate %v: prefill %v, want 250 ms at the cluster's rate", bad, got)
+		}
+	}
+	if got := (&load.Load{RequestInputTPS: 1000}).Prefill(500, 1); got != load.Infinite {
+		t.Errorf("no cluster throughput: prefill %v, want +Inf whatever the request rate", got)
+	}
+}
+
 // A reservation adds its prefill time to the entry of its priority (created from the nearest
 // entry at or below it) and to every less urgent one; an invalid throughput clears the map.
 func TestReservePriorityMap(t *testing.T) {

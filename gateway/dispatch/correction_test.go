@@ -205,9 +205,10 @@ func TestTTFTCorrectionResetsWhenTheClusterChanges(t *testing.T) {
 			t.Fatalf("before the change: %+v, want factor 2 from 10 observations", c)
 		}
 		join("c2")
-		// 1000 tokens at the two backends' 20 000 tokens/s, uncorrected.
-		if out := f.grantReleased(t, e); out.Estimate != 50*time.Millisecond {
-			t.Errorf("after c2 joined: estimate %v, want the uncorrected 50ms", out.Estimate)
+		// 1000 tokens at one backend's 10 000 tokens/s (one backend prefills the
+		// request), uncorrected.
+		if out := f.grantReleased(t, e); out.Estimate != 100*time.Millisecond {
+			t.Errorf("after c2 joined: estimate %v, want the uncorrected 100ms", out.Estimate)
 		}
 		stale.Observe(time.Second)
 		if c, ok := f.state(t).TTFTCorrections["c"]; ok {

@@ -22,7 +22,9 @@ type Backend struct {
 // (latest wins: max output TPS, KV figures, running count, engine concurrency, total input,
 // the priority map); the observation time is the latest; RTT is the mean, floored to whole
 // nanoseconds. The peak input throughput (MaxInputTPS) is the greatest active backend's,
-// and 0 unless every active backend has a valid one. ok is false when no backend is active. If backends[source] is not active, the
+// and 0 unless every active backend has a valid one. A request's own prefill rate
+// (RequestInputTPS) is the mean valid input throughput when several backends have one:
+// one backend prefills the request. ok is false when no backend is active. If backends[source] is not active, the
 // first active backend is the source.
 func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, ok bool) {
 	if source < 0 || source >= len(backends) || !backends[source].Active {
@@ -43,7 +45,7 @@ func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, o
 		QueueEstimates:       src.QueueEstimates,
 	}
 	var rtt time.Duration
-	n, peaks := 0, true
+	n, valid, peaks := 0, 0, true
 	for i := range backends {
 		b := &backends[i]
 		if !b.Active {
@@ -59,6 +61,7 @@ func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, o
 		agg.OutputGenerationRequests += l.OutputGenerationRequests
 		if load.ValidTPS(l.InputTPS) {
 			agg.InputTPS += l.InputTPS
+			valid++
 		}
 		if load.ValidTPS(l.MaxInputTPS) {
 			agg.MaxInputTPS = max(agg.MaxInputTPS, l.MaxInputTPS)
@@ -68,6 +71,9 @@ func Aggregate(clusterID string, backends []Backend, source int) (c Candidate, o
 		agg.ObservedAtUnixMilli = max(agg.ObservedAtUnixMilli, l.ObservedAtUnixMilli)
 		agg.Capabilities = union(agg.Capabilities, l.Capabilities)
 		agg.Sources = union(agg.Sources, l.Sources)
+	}
+	if valid > 1 {
+		agg.RequestInputTPS = agg.InputTPS / float64(valid)
 	}
 	if !peaks {
 		agg.MaxInputTPS = 0 // a cluster's peak counts only when every active backend has one

@@ -201,7 +201,8 @@ func TestInputWorkAdmission(t *testing.T) {
 }
 
 // Cluster aggregation: backend-local load summed over active backends, cluster-scoped
-// fields from the source backend, RTT the floored mean, inactive backends left out.
+// fields from the source backend, RTT the floored mean, inactive backends left out, and a
+// request's own prefill rate the mean of the valid input throughputs.
 func TestAggregate(t *testing.T) {
 	t.Parallel()
 	x := lb.Backend{ID: "x", RTT: 3, Active: true, Load: load.Load{
@@ -223,6 +224,7 @@ func TestAggregate(t *testing.T) {
 		InputTPS: 200, OutputTPS: 30, QueueSize: 5, QueuedInputTokens: 260, InputProcessingRequests: 3, OutputGenerationRequests: 5,
 		RunningRequests: 7, MaxEngineConcurrency: 9, KVFreeTokens: 6, ObservedAtUnixMilli: 200, MaxOutputTPS: 50,
 		QueueEstimates: []load.PriorityEstimate{prio(0, 7)}, Capabilities: []string{"a", "b", "c"}, Sources: []string{"s1"},
+		RequestInputTPS: 100, // one request is prefilled by one backend: the mean of the valid rates
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Aggregate (-want +got):\n%s", diff)
@@ -283,6 +285,26 @@ func TestAggregatedClusterCompetes(t *testing.T) {
 	shared.Load.QueuedInputTokens = 0
 	if d := b.Decide(snap(shared, single), &lb.Request{}, 0); d.Index != 0 {
 		t.Errorf("drained shared cluster: got %v", d)
+	}
+}
+
+// A request is prefilled by one backend of its cluster: a two-backend cluster of 1000
+// tokens/s each prefills 500 tokens in 500 ms, not in the 250 ms its summed rate would
+// say, and loses to a one-backend cluster of 1500 tokens/s (333 ms).
+func TestClusterRequestPrefillAtOneBackendsRate(t *testing.T) {
+	t.Parallel()
+	pair, _ := lb.Aggregate("pair", []lb.Backend{
+		{ID: "p1", Active: true, Load: load.Load{InputTPS: 1000}},
+		{ID: "p2", Active: true, Load: load.Load{InputTPS: 1000}},
+	}, 0)
+	single := lb.Candidate{ClusterID: "single", Load: load.Load{InputTPS: 1500}}
+	r := &lb.Request{InputTokens: 500}
+	if got := pair.Estimate(r, 1, load.Ignore{}).Prefill; got != 500 {
+		t.Errorf("pair prefill %v ms, want 500", got)
+	}
+	b := newBalancer(t, lbconfig.DefaultEntry(lbconfig.PowerOfN), seeded())
+	if d := b.Decide(snap(pair, single), r, 0); d.Index != 1 {
+		t.Errorf("got %v, want the single faster backend", d)
 	}
 }
 

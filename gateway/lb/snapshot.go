@@ -58,7 +58,9 @@ func (c *Candidate) Estimate(r *Request, scale float64, ignore load.Ignore) load
 func (c *Candidate) behind(e load.Estimate, r *Request, scale float64, ignore load.Ignore) load.Estimate {
 	left := load.MillisOf(r.PrefillLeft)
 	q := e.Queue
-	switch inFlight := c.Load.Prefill(r.InputTokens, 1-scale); {
+	// The prompt in flight's share of the reported queue: queued work drains at the
+	// cluster's summed rate, not at one request's (Load.RequestInputTPS).
+	switch inFlight := load.WorkTime((1-scale)*float64(r.InputTokens), c.Load.InputTPS); {
 	case c.Load.HasFreeSlot():
 		// Room for the turn: it is sent there and waits for its prompt (prefill_wait),
 		// priced like any turn of a session on the cluster that holds it — the wait
