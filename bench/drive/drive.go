@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/zeebo/xxh3"
 
 	"github.com/switchyard/switchyard/bench/pace"
 	"github.com/switchyard/switchyard/bench/scenario"
@@ -34,6 +35,10 @@ type Config struct {
 	// Targets, when set, replace Target: request i goes to Targets[i mod len] (several
 	// gateway replicas behind a client-side round-robin, like an L4 service).
 	Targets []string
+	// SpreadByAffinityKey sends a request with an affinity key to the target its key
+	// hashes to (xxh3 mod len), as a load balancer hashing on x-cache-affinity-key in
+	// front of the replicas does; requests without a key still go by index.
+	SpreadByAffinityKey bool
 	// Path is the request path (default /v1/chat/completions).
 	Path string
 	// MaxConcurrency caps requests in flight; an arrival that finds the cap reached is
@@ -82,7 +87,7 @@ func Run(ctx context.Context, cfg Config, m *scenario.Manifest, deps Deps) (Resu
 	if len(targets) == 0 {
 		targets = []string{cfg.Target}
 	}
-	var ms multiSender
+	ms := multiSender{byKey: cfg.SpreadByAffinityKey}
 	defer ms.close()
 	var turns map[int][]uint64
 	if cfg.Plain {
@@ -96,9 +101,9 @@ func Run(ctx context.Context, cfg Config, m *scenario.Manifest, deps Deps) (Resu
 			return Result{}, err
 		}
 		s.turns = turns
-		ms = append(ms, s)
+		ms.targets = append(ms.targets, s)
 	}
-	return run(ctx, cfg, m, deps, ms)
+	return run(ctx, cfg, m, deps, &ms)
 }
 
 func run(ctx context.Context, cfg Config, m *scenario.Manifest, deps Deps, s sender) (Result, error) {
@@ -180,15 +185,27 @@ loop:
 	return res, runErr
 }
 
-// multiSender spreads requests over several targets by index.
-type multiSender []*httpSender
-
-func (m multiSender) send(ctx context.Context, r *scenario.Request, sent time.Time) score.Record {
-	return m[r.Index%len(m)].send(ctx, r, sent)
+// multiSender spreads requests over several targets: by index, or by affinity key.
+type multiSender struct {
+	targets []*httpSender
+	byKey   bool
 }
 
-func (m multiSender) close() {
-	for _, s := range m {
+func (m *multiSender) send(ctx context.Context, r *scenario.Request, sent time.Time) score.Record {
+	return m.targets[m.pick(r)].send(ctx, r, sent)
+}
+
+// pick is the index of r's target.
+func (m *multiSender) pick(r *scenario.Request) int {
+	n := len(m.targets)
+	if m.byKey && r.AffinityKey != "" {
+		return int(xxh3.HashString(r.AffinityKey) % uint64(n)) //nolint:gosec // n is a small positive count
+	}
+	return r.Index % n
+}
+
+func (m *multiSender) close() {
+	for _, s := range m.targets {
 		s.close()
 	}
 }

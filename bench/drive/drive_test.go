@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,5 +281,42 @@ func TestPlainBody(t *testing.T) {
 	}
 	if a, b := messages("", "r5", 100, nil), messages("", "r6", 100, nil); a[0][:64] == b[0][:64] {
 		t.Error("two requests without a session share their prompt's beginning")
+	}
+}
+
+// Requests spread over gateway replicas by index; with SpreadByAffinityKey every request
+// of one affinity key goes to the same replica (and the keys use more than one), while
+// requests without a key still go by index.
+func TestMultiSenderSpread(t *testing.T) {
+	t.Parallel()
+	targets := make([]*httpSender, 3)
+	byIndex := multiSender{targets: targets}
+	byKey := multiSender{targets: targets, byKey: true}
+	replicaOf := map[string]int{}
+	used := map[int]bool{}
+	for i := range 300 {
+		key := ""
+		if i%3 != 0 {
+			key = "session-" + strconv.Itoa(i%17)
+		}
+		r := &scenario.Request{Index: i, AffinityKey: key}
+		if got := byIndex.pick(r); got != i%3 {
+			t.Fatalf("round-robin: request %d to %d, want %d", i, got, i%3)
+		}
+		got := byKey.pick(r)
+		if key == "" {
+			if got != i%3 {
+				t.Fatalf("by key, no key: request %d to %d, want %d", i, got, i%3)
+			}
+			continue
+		}
+		if prev, ok := replicaOf[key]; ok && prev != got {
+			t.Fatalf("by key: %s went to %d and %d", key, prev, got)
+		}
+		replicaOf[key] = got
+		used[got] = true
+	}
+	if len(used) < 2 {
+		t.Errorf("16 keys all on replicas %v, want them spread", used)
 	}
 }

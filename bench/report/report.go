@@ -27,19 +27,22 @@ type Chart struct {
 
 // Meta describes the run as a whole.
 type Meta struct {
-	Scenario       string   `json:"scenario"`
-	Description    string   `json:"description,omitempty"`
-	ExpectedSignal string   `json:"expected_signal,omitempty"`
-	Seed           uint64   `json:"seed"`
-	Requests       int      `json:"requests"`
-	MaxConcurrency int      `json:"max_concurrency"`
-	Backends       int      `json:"backends,omitempty"`
-	Clusters       int      `json:"clusters,omitempty"`
-	Gateways       int      `json:"gateways,omitempty"`
-	TimeScale      float64  `json:"time_scale"`
-	Target         string   `json:"target,omitempty"`
-	Ignored        []string `json:"ignored_fields,omitempty"`
-	Charts         []Chart  `json:"charts,omitempty"`
+	Scenario       string `json:"scenario"`
+	Description    string `json:"description,omitempty"`
+	ExpectedSignal string `json:"expected_signal,omitempty"`
+	Seed           uint64 `json:"seed"`
+	Requests       int    `json:"requests"`
+	MaxConcurrency int    `json:"max_concurrency"`
+	Backends       int    `json:"backends,omitempty"`
+	Clusters       int    `json:"clusters,omitempty"`
+	Gateways       int    `json:"gateways,omitempty"`
+	// ClientSpread is "affinity-key" when the driver sent each affinity key to one
+	// gateway replica (empty: round-robin over the replicas).
+	ClientSpread string   `json:"client_spread,omitempty"`
+	TimeScale    float64  `json:"time_scale"`
+	Target       string   `json:"target,omitempty"`
+	Ignored      []string `json:"ignored_fields,omitempty"`
+	Charts       []Chart  `json:"charts,omitempty"`
 	// Profiles maps backend ids to the name of their scenario profile: the report and
 	// the charts label backends "backend-0 (fast)".
 	Profiles map[string]string `json:"backend_profiles,omitempty"`
@@ -208,6 +211,9 @@ func Markdown(w io.Writer, r *Report) error {
 	fmt.Fprintf(w, "- Seed %d, %d requests, max concurrency %d", r.Seed, r.Requests, r.MaxConcurrency)
 	if r.Backends > 0 {
 		fmt.Fprintf(w, ", %d backends in %d clusters behind %d gateway(s)", r.Backends, r.Clusters, r.Gateways)
+		if r.ClientSpread != "" {
+			fmt.Fprintf(w, " (clients spread over them by %s)", r.ClientSpread)
+		}
 	}
 	fmt.Fprintf(w, ", time scale %g", r.TimeScale)
 	if r.Target != "" {

@@ -185,3 +185,21 @@ func TestExpectCounts(t *testing.T) {
 		t.Errorf("met %d, missed %d, skipped %d; want 3, 3, 1", met, missed, skipped)
 	}
 }
+
+// report.md's header says how clients were spread over several gateways, and only when
+// they went by affinity key.
+func TestMarkdownClientSpread(t *testing.T) {
+	t.Parallel()
+	const note = "behind 2 gateway(s) (clients spread over them by affinity-key)"
+	for spread, want := range map[string]bool{"": false, "affinity-key": true} {
+		r := fixture()
+		r.Gateways, r.ClientSpread = 2, spread
+		var md bytes.Buffer
+		if err := report.Markdown(&md, r); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(md.String(), note); got != want {
+			t.Errorf("client spread %q: note present %v, want %v", spread, got, want)
+		}
+	}
+}

@@ -115,7 +115,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	rep := &report.Report{Meta: report.Meta{
 		Scenario: s.Name, Description: s.Metadata.Description, ExpectedSignal: s.Metadata.ExpectedSignal,
 		Seed: o.Seed, Requests: s.RequestCount, MaxConcurrency: s.MaxConcurrency,
-		Backends: len(top.Backends), Clusters: len(top.Clusters), Gateways: s.GatewayCount(),
+		Backends: len(top.Backends), Clusters: len(top.Clusters), Gateways: s.GatewayCount(), ClientSpread: clientSpread(s),
 		TimeScale: timeScale(o.TimeScale), Ignored: s.Ignored(), Profiles: profiles(&top),
 	}}
 	for i := range algs {
@@ -177,7 +177,7 @@ func runOne(ctx context.Context, o *Options, a *scenario.Algorithm, m *scenario.
 		o.Progress.Begin(a.Name, len(m.Requests))
 		deps.Done = o.Progress.Done
 	}
-	res, err := drive.Run(ctx, drive.Config{Targets: f.GatewayURLs(), MaxConcurrency: s.MaxConcurrency, TimeScale: o.TimeScale, Plain: a.Plain()}, m, deps)
+	res, err := drive.Run(ctx, drive.Config{Targets: f.GatewayURLs(), SpreadByAffinityKey: s.SpreadByAffinityKey(), MaxConcurrency: s.MaxConcurrency, TimeScale: o.TimeScale, Plain: a.Plain()}, m, deps)
 	if o.Progress != nil {
 		o.Progress.End()
 	}
@@ -268,4 +268,13 @@ func Write(dir string, rep *report.Report) ([]string, error) {
 		errs = append(errs, put(report.TimelineFile(r.Summary.Algorithm), func(w io.Writer) error { return report.Timeline(w, r, bucket, rep.Profiles) }))
 	}
 	return paths, errors.Join(errs...)
+}
+
+// clientSpread is the report's note of how clients spread over several gateways ("" with
+// one gateway or the default round-robin).
+func clientSpread(s *scenario.Scenario) string {
+	if s.GatewayCount() > 1 && s.SpreadByAffinityKey() {
+		return scenario.ClientSpreadAffinityKey
+	}
+	return ""
 }

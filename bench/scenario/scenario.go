@@ -34,6 +34,22 @@ type Metadata struct {
 // Stargates is the gateway tier: how many gateway replicas every pylon registers with.
 type Stargates struct {
 	Count *int `yaml:"count"`
+	// ClientSpread is how the driver spreads requests over the replicas:
+	// ClientSpreadRoundRobin (the default, like an L4 service) or ClientSpreadAffinityKey
+	// (a request with an x-cache-affinity-key always goes to the replica its key hashes
+	// to, like a load balancer hashing on that header; requests without one round-robin).
+	ClientSpread string `yaml:"client_spread"`
+}
+
+// Client spreads over gateway replicas (stargates.client_spread).
+const (
+	ClientSpreadRoundRobin  = "round-robin"
+	ClientSpreadAffinityKey = "affinity-key"
+)
+
+// SpreadByAffinityKey reports whether the driver sends each affinity key to one replica.
+func (s *Scenario) SpreadByAffinityKey() bool {
+	return s.Stargates.ClientSpread == ClientSpreadAffinityKey
 }
 
 // Backends describes the pylons and the engines behind them.

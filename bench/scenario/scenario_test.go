@@ -153,6 +153,7 @@ func TestValidationMessages(t *testing.T) {
 		{"algorithm", "{default: round-robin}", "{default: roundish}", "algorithms[0].config:"},
 		{"no algorithms", "algorithms:\n  - name: rr\n    config: {default: round-robin}\n", "algorithms: []\n", "algorithms: must list at least one algorithm"},
 		{"grouping", "  count: 2\n", "  count: 3\n  pylons_per_cluster: 2\n", "backends.cluster_id_template"},
+		{"client spread", "backends:\n", "stargates: {count: 2, client_spread: by-key}\nbackends:\n", `stargates.client_spread: is "by-key", want round-robin or affinity-key`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,6 +167,20 @@ func TestValidationMessages(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// stargates.client_spread: round-robin unless affinity-key is asked for.
+func TestClientSpread(t *testing.T) {
+	t.Parallel()
+	if parse(t, minimal).SpreadByAffinityKey() {
+		t.Error("spread by key without client_spread")
+	}
+	for spread, want := range map[string]bool{"round-robin": false, "affinity-key": true} {
+		doc := strings.Replace(minimal, "backends:\n", "stargates: {count: 2, client_spread: "+spread+"}\nbackends:\n", 1)
+		if got := parse(t, doc).SpreadByAffinityKey(); got != want {
+			t.Errorf("client_spread %s: by key %v, want %v", spread, got, want)
+		}
 	}
 }
 

@@ -36,6 +36,11 @@ func (s *Scenario) Validate() error {
 	if s.MaxConcurrency <= 0 {
 		p.add("max_concurrency", "is %d, want > 0", s.MaxConcurrency)
 	}
+	switch s.Stargates.ClientSpread {
+	case "", ClientSpreadRoundRobin, ClientSpreadAffinityKey:
+	default:
+		p.add("stargates.client_spread", "is %q, want %s or %s", s.Stargates.ClientSpread, ClientSpreadRoundRobin, ClientSpreadAffinityKey)
+	}
 	if s.Stargates.Count != nil && *s.Stargates.Count < 1 {
 		p.add("stargates.count", "is %d, want ≥ 1", *s.Stargates.Count)
 	}
