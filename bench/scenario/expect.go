@@ -52,6 +52,7 @@ const (
 	MetricMaxClusterShare        = "max_cluster_share"        // largest share of requests one cluster received
 	MetricClusterCapacityBalance = "cluster_capacity_balance" // cluster input share vs capacity share, 1 = matched
 	MetricPylonCapacityBalance   = "pylon_capacity_balance"   // pylon request share vs capacity share, 1 = matched
+	MetricWeakestShare           = "weakest_share"            // share of requests the backends of the smallest registered capacity received
 	MetricFallbacks              = "fallbacks"                // fallback route choices (gateway counter)
 	MetricRetries                = "retries"                  // gateway retries, every reason
 	MetricQueueMismatchRetries   = "queue_mismatch_retries"   // gateway retries after a pylon queue-mismatch 429
@@ -66,6 +67,7 @@ func Metrics() []string {
 		MetricSuccessRate, MetricGoodput, MetricOutputGoodput, MetricTTFTMean, MetricTTFTP50, MetricTTFTP95,
 		MetricTTFTP99, MetricTTLTP95, MetricCacheHitRate, MetricInputReuseRate, MetricCacheEvictions,
 		MetricKeyMovement, MetricMaxClusterShare, MetricClusterCapacityBalance, MetricPylonCapacityBalance,
+		MetricWeakestShare,
 		MetricFallbacks, MetricRetries, MetricQueueMismatchRetries, MetricAdmissionRejected,
 		MetricAdmissionDisabled, MetricFailures,
 	}

@@ -249,6 +249,8 @@ func MetricValue(s *Summary, metric string) (float64, bool) {
 		return deref(s.ClusterInputCapacityBalance)
 	case scenario.MetricPylonCapacityBalance:
 		return deref(s.PylonCapacityBalance)
+	case scenario.MetricWeakestShare:
+		return WeakestShare(s)
 	case scenario.MetricFallbacks:
 		return s.Counters.FallbackChoices, true
 	case scenario.MetricRetries:
@@ -279,6 +281,31 @@ func MaxClusterShare(s *Summary) (float64, bool) {
 		routed += c.Requests
 	}
 	return top, routed > 0
+}
+
+// WeakestShare is the share of the requests that went to the backends of the smallest
+// registered capacity (the fleet's weakest profile); false when the backends' capacities
+// are unknown or all equal (no backend is weaker than another) or no request was routed.
+func WeakestShare(s *Summary) (float64, bool) {
+	low, high := math.Inf(1), math.Inf(-1)
+	for _, b := range s.Backends {
+		if b.CapacityShare == nil {
+			return 0, false
+		}
+		low, high = math.Min(low, *b.CapacityShare), math.Max(high, *b.CapacityShare)
+	}
+	if !(low < high) {
+		return 0, false
+	}
+	var share float64
+	routed := 0
+	for _, b := range s.Backends {
+		routed += b.Requests
+		if *b.CapacityShare == low {
+			share += b.RequestShare
+		}
+	}
+	return share, routed > 0
 }
 
 // MissedCount counts the outcomes that missed.

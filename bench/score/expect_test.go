@@ -227,7 +227,8 @@ func TestMetricValueCoversEveryMetric(t *testing.T) {
 	}
 	want := map[string]float64{
 		scenario.MetricMaxClusterShare:   max(s.Clusters[0].RequestShare, s.Clusters[1].RequestShare),
-		scenario.MetricRetries:           4, // 3 queue_estimate_mismatch + 1 connect_failover
+		scenario.MetricWeakestShare:      s.Backends[2].RequestShare + s.Backends[3].RequestShare, // capacity 100 against 300
+		scenario.MetricRetries:           4,                                                       // 3 queue_estimate_mismatch + 1 connect_failover
 		scenario.MetricFallbacks:         3,
 		scenario.MetricAdmissionRejected: 3,
 		scenario.MetricFailures:          float64(s.Requests - s.Successes),
@@ -240,9 +241,27 @@ func TestMetricValueCoversEveryMetric(t *testing.T) {
 		}
 	}
 	var empty score.Summary
-	for _, m := range []string{scenario.MetricMaxClusterShare, scenario.MetricTTFTMean, scenario.MetricCacheHitRate, scenario.MetricSuccessRate, scenario.MetricGoodput} {
+	for _, m := range []string{scenario.MetricMaxClusterShare, scenario.MetricWeakestShare, scenario.MetricTTFTMean, scenario.MetricCacheHitRate, scenario.MetricSuccessRate, scenario.MetricGoodput} {
 		if _, ok := score.MetricValue(&empty, m); ok {
 			t.Errorf("%s defined in an empty run", m)
 		}
+	}
+}
+
+// The weakest backends' share is undefined when no backend is weaker than another.
+func TestWeakestShareNeedsUnequalCapacities(t *testing.T) {
+	t.Parallel()
+	in := scoretest.Input("x", 12)
+	for i := range in.Backends {
+		in.Backends[i].CapacityTPS = 200
+	}
+	s := score.Score(&in)
+	if v, ok := score.WeakestShare(&s); ok {
+		t.Errorf("equal capacities: weakest share %v, want undefined", v)
+	}
+	in.Backends[3].CapacityTPS = 50
+	s = score.Score(&in)
+	if v, ok := score.WeakestShare(&s); !ok || v != s.Backends[3].RequestShare {
+		t.Errorf("one weak backend: weakest share %v (%v), want %v", v, ok, s.Backends[3].RequestShare)
 	}
 }
