@@ -106,6 +106,46 @@ func (s *Scheduler) grantBehind(p *Pending, snap *lb.Snapshot, elapsed time.Dura
 	return true
 }
 
+// duplicateShare: a cluster expected to hold less than this share of a request's prompt
+// would prefill most of it again (staysWithPrompt).
+const duplicateShare = 0.5
+
+// staysWithPrompt keeps p from leaving the cluster that is prefilling its key's prompt.
+// When the balancer chose (decision d) a cluster that would prefill most of the prompt
+// again, beside the prefill under way — even one that would be done sooner, because the
+// session's cluster is full — while the prompt is in flight on a cluster that is a current
+// candidate p may use, p is parked until the prompt is cached there (or the entry's wait
+// bound, or p's x-max-wait-ms, runs out) and then routed again, the balancer's clock
+// counting from the moment the prompt was cached (behindPrefill). A turn that finds the
+// session's cluster with a free slot already waits for the prompt there (waitsForPrefill);
+// this makes a full cluster no different. It reports whether p was parked.
+func (s *Scheduler) staysWithPrompt(p *Pending, snap *lb.Snapshot, d lb.Decision, now time.Time) bool {
+	key := p.SessionKey()
+	if !p.Entry.PrefillWait || key == "" {
+		return false
+	}
+	if d.CachedShare >= duplicateShare {
+		return false
+	}
+	st, ok := s.prefills[key]
+	if !ok || st.cached || st.cluster == snap.Candidates[d.Index].ClusterID || !now.Before(st.until) || p.Req.IsExcluded(st.cluster) {
+		return false
+	}
+	if !slices.ContainsFunc(snap.Candidates, func(c lb.Candidate) bool { return c.ClusterID == st.cluster }) {
+		return false
+	}
+	wake := st.until
+	if p.HasMaxWait {
+		deadline := p.Arrival.Add(p.MaxWait)
+		if !now.Before(deadline) {
+			return false
+		}
+		wake = minTime(wake, deadline)
+	}
+	s.park(p, wake)
+	return true
+}
+
 // behindPrefill tells the balancer where p's key has a prompt in flight and how long it
 // is still expected to take (lb.Request.Prefilling), so that the cluster is priced behind
 // it rather than with its whole prefill counted in the cluster's queue; once the prompt

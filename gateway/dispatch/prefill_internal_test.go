@@ -78,3 +78,44 @@ func TestBalancerClockStartsWhenThePromptIsCached(t *testing.T) {
 		t.Errorf("late arrival: clock %v, want 500 ms from its arrival", got)
 	}
 }
+
+// A turn the balancer sends away from the cluster prefilling its session's prompt waits
+// for that prompt when the chosen cluster would prefill most of it again; it goes when the
+// chosen cluster holds at least half of it, or when there is no prompt left to wait for
+// (cached, past its bound, on a cluster it may not use or that is gone), or its own
+// x-max-wait-ms has run out.
+func TestStaysWithPrompt(t *testing.T) {
+	e := lbconfig.DefaultEntry(lbconfig.WaitAndWiden)
+	t0 := time.Unix(1_700_000_000, 0)
+	inFlight := prefillState{cluster: "a", token: 1, ready: t0.Add(2 * time.Second), until: t0.Add(5 * time.Second)}
+	both := &lb.Snapshot{Candidates: []lb.Candidate{{ClusterID: "a"}, {ClusterID: "b"}}}
+	toB := lb.Selected(1, 1)
+	for _, c := range []struct {
+		name  string
+		st    prefillState
+		snap  *lb.Snapshot
+		d     lb.Decision
+		at    time.Duration
+		setup func(*Pending)
+		stays bool
+	}{
+		{name: "in flight, chosen cluster holds none of it", st: inFlight, snap: both, d: toB, at: time.Second, stays: true},
+		{name: "overdue but not cached, within the bound", st: inFlight, snap: both, d: toB, at: 3 * time.Second, stays: true},
+		{name: "chosen cluster holds most of it", st: inFlight, snap: both, d: func() lb.Decision { d := toB; d.CachedShare = 0.6; return d }(), at: time.Second},
+		{name: "chosen is the prompt's cluster", st: inFlight, snap: both, d: lb.Selected(0, 1), at: time.Second},
+		{name: "prompt cached", st: func() prefillState { s := inFlight; s.cached = true; return s }(), snap: both, d: toB, at: time.Second},
+		{name: "past the bound", st: inFlight, snap: both, d: toB, at: 6 * time.Second},
+		{name: "prompt's cluster excluded", st: inFlight, snap: both, d: toB, at: time.Second, setup: func(p *Pending) { p.Req.Excluded = []string{"a"} }},
+		{name: "prompt's cluster gone", st: inFlight, snap: &lb.Snapshot{Candidates: []lb.Candidate{{ClusterID: "c"}, {ClusterID: "b"}}}, d: toB, at: time.Second},
+		{name: "own max wait over", st: inFlight, snap: both, d: toB, at: time.Second, setup: func(p *Pending) { p.HasMaxWait, p.MaxWait = true, 500*time.Millisecond }},
+	} {
+		s := &Scheduler{prefills: map[string]prefillState{"k": c.st}, deps: Deps{Observer: quietObserver{}}}
+		p := &Pending{Arrival: t0, Entry: &e, Req: lb.Request{AffinityKey: "k", InputTokens: 100}}
+		if c.setup != nil {
+			c.setup(p)
+		}
+		if got := s.staysWithPrompt(p, c.snap, c.d, t0.Add(c.at)); got != c.stays || p.parked != c.stays {
+			t.Errorf("%s: stays %v (parked %v), want %v", c.name, got, p.parked, c.stays)
+		}
+	}
+}

@@ -444,7 +444,7 @@ func (s *Scheduler) try(p *Pending) {
 		switch d.Kind {
 		case lb.KindSelected:
 			cand := &snap.Candidates[d.Index]
-			if s.waitsForPrefill(p, cand.ClusterID, d, now) {
+			if s.waitsForPrefill(p, cand.ClusterID, d, now) || s.staysWithPrompt(p, snap, d, now) {
 				return
 			}
 			id, ok := s.pickBackend(cand.ClusterID, p)

@@ -529,6 +529,52 @@ func TestConversationWaitsForItsPromptInFlight(t *testing.T) {
 // A turn that waited for its session's prompt in flight and finds the cluster that now
 // caches it full waits there for a slot rather than moving at once: the time it spent
 // waiting for the prompt does not count toward unlocking the clusters that lack it.
+// A session's turn that finds the cluster prefilling its prompt full does not go to a
+// cluster that would prefill the whole prompt again beside it, even one that would be
+// done sooner: it waits for the prompt and takes the session's cluster once a slot there
+// frees up.
+func TestTurnDoesNotDuplicateItsPromptInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		e := waw()
+		e.SelectionCount = 1
+		idle := load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}
+		f.backend("a", time.Millisecond, idle, 0)
+		f.backend("b", time.Millisecond, idle, 0)
+		turn := func(tokens uint64) *dispatch.Pending {
+			return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
+		}
+		first := <-turn(4000).Mailbox // 4 s of prefill on its cluster
+		if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
+			t.Fatalf("first turn: %+v, want granted and tracked", first)
+		}
+		home, other := first.BackendID, "b"
+		if home == "b" {
+			other = "a"
+		}
+		// Home fills up; the other cluster is ten times faster: a full prefill there
+		// (0.4 s) beats the 4 s left of the prompt in flight.
+		full := idle
+		full.RunningRequests = 2
+		f.backend(home, time.Millisecond, full, 1)
+		fast := idle
+		fast.InputTPS = 10_000
+		f.backend(other, time.Millisecond, fast, 0)
+		second := turn(4100)
+		time.Sleep(3 * time.Second)
+		select {
+		case out := <-second.Mailbox:
+			t.Fatalf("second turn answered while its prompt is in flight on the full %s: %+v", home, out)
+		default:
+		}
+		f.sys.Root.Send(f.pid, dispatch.PrefillDone{Key: "session", Token: first.PrefillToken})
+		f.backend(home, time.Millisecond, idle, 1) // a slot frees up
+		if out := <-second.Mailbox; out.Kind != dispatch.OutcomeGranted || out.BackendID != home {
+			t.Errorf("second turn: %+v, want granted on %s, which caches its prompt", out, home)
+		}
+	})
+}
+
 func TestCachedPromptOnAFullClusterIsWaitedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
