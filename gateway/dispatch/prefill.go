@@ -59,7 +59,17 @@ func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, d lb.Decision, n
 	if !ok || st.cached || st.cluster != cluster || !now.Before(st.until) {
 		return false
 	}
-	wake := st.until
+	if !s.parkForPrompt(p, st.until, now) {
+		return false
+	}
+	p.behind, p.behindTarget = d, cluster
+	return true
+}
+
+// parkForPrompt parks p until a prompt's wait bound, or p's x-max-wait-ms deadline when
+// that comes first; it reports false, leaving p unparked, when that deadline has passed.
+func (s *Scheduler) parkForPrompt(p *Pending, until, now time.Time) bool {
+	wake := until
 	if p.HasMaxWait {
 		deadline := p.Arrival.Add(p.MaxWait)
 		if !now.Before(deadline) {
@@ -67,7 +77,6 @@ func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, d lb.Decision, n
 		}
 		wake = minTime(wake, deadline)
 	}
-	p.behind, p.behindTarget = d, cluster
 	s.park(p, wake)
 	return true
 }
@@ -134,16 +143,7 @@ func (s *Scheduler) staysWithPrompt(p *Pending, snap *lb.Snapshot, d lb.Decision
 	if !slices.ContainsFunc(snap.Candidates, func(c lb.Candidate) bool { return c.ClusterID == st.cluster }) {
 		return false
 	}
-	wake := st.until
-	if p.HasMaxWait {
-		deadline := p.Arrival.Add(p.MaxWait)
-		if !now.Before(deadline) {
-			return false
-		}
-		wake = minTime(wake, deadline)
-	}
-	s.park(p, wake)
-	return true
+	return s.parkForPrompt(p, st.until, now)
 }
 
 // behindPrefill tells the balancer where p's key has a prompt in flight and how long it

@@ -526,32 +526,45 @@ func TestConversationWaitsForItsPromptInFlight(t *testing.T) {
 	}
 }
 
-// A turn that waited for its session's prompt in flight and finds the cluster that now
-// caches it full waits there for a slot rather than moving at once: the time it spent
-// waiting for the prompt does not count toward unlocking the clusters that lack it.
+// newSessionFixture is two idle single-backend clusters, a and b (1 000 tokens/s, two
+// slots each), and turn, which routes a turn of one session (wait-and-widen, an affinity
+// group of one) with the given input tokens.
+func newSessionFixture(t *testing.T) (*fixture, load.Load, func(tokens uint64) *dispatch.Pending) {
+	t.Helper()
+	f := newFixture(t)
+	e := waw()
+	e.SelectionCount = 1
+	idle := load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}
+	f.backend("a", time.Millisecond, idle, 0)
+	f.backend("b", time.Millisecond, idle, 0)
+	return f, idle, func(tokens uint64) *dispatch.Pending {
+		return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
+	}
+}
+
+// firstTurn routes the session's first turn and checks that it was granted and tracked as
+// a prompt in flight; home is its cluster, other the other one.
+func firstTurn(t *testing.T, turn func(uint64) *dispatch.Pending, tokens uint64) (first dispatch.Outcome, home, other string) {
+	t.Helper()
+	first = <-turn(tokens).Mailbox
+	if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
+		t.Fatalf("first turn: %+v, want granted and tracked", first)
+	}
+	home, other = first.BackendID, "b"
+	if home == "b" {
+		other = "a"
+	}
+	return first, home, other
+}
+
 // A session's turn that finds the cluster prefilling its prompt full does not go to a
 // cluster that would prefill the whole prompt again beside it, even one that would be
 // done sooner: it waits for the prompt and takes the session's cluster once a slot there
 // frees up.
 func TestTurnDoesNotDuplicateItsPromptInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t)
-		e := waw()
-		e.SelectionCount = 1
-		idle := load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}
-		f.backend("a", time.Millisecond, idle, 0)
-		f.backend("b", time.Millisecond, idle, 0)
-		turn := func(tokens uint64) *dispatch.Pending {
-			return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
-		}
-		first := <-turn(4000).Mailbox // 4 s of prefill on its cluster
-		if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
-			t.Fatalf("first turn: %+v, want granted and tracked", first)
-		}
-		home, other := first.BackendID, "b"
-		if home == "b" {
-			other = "a"
-		}
+		f, idle, turn := newSessionFixture(t)
+		first, home, other := firstTurn(t, turn, 4000) // 4 s of prefill on its cluster
 		// Home fills up; the other cluster is ten times faster: a full prefill there
 		// (0.4 s) beats the 4 s left of the prompt in flight.
 		full := idle
@@ -575,25 +588,13 @@ func TestTurnDoesNotDuplicateItsPromptInFlight(t *testing.T) {
 	})
 }
 
+// A turn that waited for its session's prompt in flight and finds the cluster that now
+// caches it full waits there for a slot rather than moving at once: the time it spent
+// waiting for the prompt does not count toward unlocking the clusters that lack it.
 func TestCachedPromptOnAFullClusterIsWaitedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t)
-		e := waw()
-		e.SelectionCount = 1
-		idle := load.Load{InputTPS: 1000, MaxEngineConcurrency: 2}
-		f.backend("a", time.Millisecond, idle, 0)
-		f.backend("b", time.Millisecond, idle, 0)
-		turn := func(tokens uint64) *dispatch.Pending {
-			return f.route(e, tokens, func(p *dispatch.Pending) { p.Req.AffinityKey = "session" })
-		}
-		first := <-turn(1000).Mailbox
-		if first.Kind != dispatch.OutcomeGranted || first.PrefillToken == 0 {
-			t.Fatalf("first turn: %+v, want granted and tracked", first)
-		}
-		home, other := first.BackendID, "b"
-		if home == "b" {
-			other = "a"
-		}
+		f, idle, turn := newSessionFixture(t)
+		first, home, other := firstTurn(t, turn, 1000)
 		second := turn(1100)
 		// The prompt is in flight for 2 s, longer than prefilling all of it on the other
 		// cluster (1.1 s); meanwhile home fills up.
