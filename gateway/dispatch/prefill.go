@@ -48,15 +48,25 @@ type PrefillDone struct {
 // IgnoreDeadLetterLogging implements actor.IgnoreDeadLetterLogging (see Route).
 func (PrefillDone) IgnoreDeadLetterLogging() {}
 
+// promptInFlight returns p's key's prompt in flight (prefill_wait): granted, not yet
+// cached and within its wait bound.
+func (s *Scheduler) promptInFlight(p *Pending, now time.Time) (prefillState, bool) {
+	key := p.SessionKey()
+	if !p.Entry.PrefillWait || key == "" {
+		return prefillState{}, false
+	}
+	st, ok := s.prefills[key]
+	if !ok || st.cached || !now.Before(st.until) {
+		return prefillState{}, false
+	}
+	return st, true
+}
+
 // waitsForPrefill reports whether p, routed to cluster, should wait for its key's prompt in
 // flight there; it parks p when so.
 func (s *Scheduler) waitsForPrefill(p *Pending, cluster string, d lb.Decision, now time.Time) bool {
-	key := p.SessionKey()
-	if !p.Entry.PrefillWait || key == "" {
-		return false
-	}
-	st, ok := s.prefills[key]
-	if !ok || st.cached || st.cluster != cluster || !now.Before(st.until) {
+	st, ok := s.promptInFlight(p, now)
+	if !ok || st.cluster != cluster {
 		return false
 	}
 	if !s.parkForPrompt(p, st.until, now) {
@@ -129,15 +139,11 @@ const duplicateShare = 0.5
 // session's cluster with a free slot already waits for the prompt there (waitsForPrefill);
 // this makes a full cluster no different. It reports whether p was parked.
 func (s *Scheduler) staysWithPrompt(p *Pending, snap *lb.Snapshot, d lb.Decision, now time.Time) bool {
-	key := p.SessionKey()
-	if !p.Entry.PrefillWait || key == "" {
-		return false
-	}
 	if d.CachedShare >= duplicateShare {
 		return false
 	}
-	st, ok := s.prefills[key]
-	if !ok || st.cached || st.cluster == snap.Candidates[d.Index].ClusterID || !now.Before(st.until) || p.Req.IsExcluded(st.cluster) {
+	st, ok := s.promptInFlight(p, now)
+	if !ok || st.cluster == snap.Candidates[d.Index].ClusterID || p.Req.IsExcluded(st.cluster) {
 		return false
 	}
 	if !slices.ContainsFunc(snap.Candidates, func(c lb.Candidate) bool { return c.ClusterID == st.cluster }) {
