@@ -11,7 +11,7 @@ import (
 // warmCell is a correction cell that has learned ratio observed/estimated from enough
 // observations to apply it.
 func warmCell(ratio float64) *ttftCell {
-	cell := newTTFTCell()
+	cell := newTTFTCell(nil)
 	for range TTFTCorrectionWarmup {
 		cell.observe(0, 100*time.Millisecond, time.Duration(ratio*float64(100*time.Millisecond)), false)
 	}
@@ -22,7 +22,7 @@ func warmCell(ratio float64) *ttftCell {
 // ratio: its answers were all far faster than estimated (cache hits, which no correction
 // applies to).
 func scatteredCell() *ttftCell {
-	cell := newTTFTCell()
+	cell := newTTFTCell(nil)
 	for i := range 3 * TTFTCorrectionWarmup {
 		cell.observe(0, 100*time.Millisecond, time.Duration(1+i%5)*time.Millisecond, false)
 	}
@@ -38,9 +38,9 @@ func TestColdClustersTakeTheirPeersCorrection(t *testing.T) {
 		cells []*ttftCell
 		want  []float64
 	}{
-		{"one warm, one cold", []*ttftCell{warmCell(0.5), newTTFTCell()}, []float64{0.5, 0.5}},
-		{"two warm, one cold", []*ttftCell{warmCell(0.5), warmCell(2), newTTFTCell()}, []float64{0.5, 2, 1}},
-		{"all cold", []*ttftCell{newTTFTCell(), newTTFTCell()}, []float64{0, 0}},
+		{"one warm, one cold", []*ttftCell{warmCell(0.5), newTTFTCell(nil)}, []float64{0.5, 0.5}},
+		{"two warm, one cold", []*ttftCell{warmCell(0.5), warmCell(2), newTTFTCell(nil)}, []float64{0.5, 2, 1}},
+		{"all cold", []*ttftCell{newTTFTCell(nil), newTTFTCell(nil)}, []float64{0, 0}},
 		// Its observations scattered over ratios no correction fits (every bin below
 		// MinTTFTCorrection/2 or no bin holding enough of them): as unknown as a new one.
 		{"warm without a typical ratio", []*ttftCell{warmCell(0.5), scatteredCell()}, []float64{0.5, 0.5}},
@@ -62,5 +62,35 @@ func TestColdClustersTakeTheirPeersCorrection(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The snapshot's corrections are read again once a cell's factor changes, and only then:
+// a factor learned after the last decision reaches the next one.
+func TestCorrectionsFollowTheirCells(t *testing.T) {
+	s := &Scheduler{}
+	s.cells = []*ttftCell{newTTFTCell(&s.factorEpoch), newTTFTCell(&s.factorEpoch)}
+	snap := &lb.Snapshot{Candidates: make([]lb.Candidate, 2)}
+	s.correct(snap, true)
+	if got := snap.Candidates[0].Correction; got != 0 {
+		t.Fatalf("cold: correction %v, want none", got)
+	}
+	before := s.factorEpoch.Load()
+	for range TTFTCorrectionWarmup {
+		s.cells[0].observe(0, 100*time.Millisecond, 200*time.Millisecond, false)
+	}
+	if s.factorEpoch.Load() == before {
+		t.Fatal("a cell that learned a factor did not bump the epoch")
+	}
+	s.correct(snap, true)
+	for i, c := range snap.Candidates { // the cold one takes its warm peer's factor
+		if math.Abs(c.Correction-2) > 0.1 {
+			t.Errorf("after warming: candidate %d correction %v, want about 2", i, c.Correction)
+		}
+	}
+	s.cells[0].reset()
+	s.correct(snap, true)
+	if got := snap.Candidates[0].Correction; got != 0 {
+		t.Errorf("after a reset: correction %v, want none", got)
 	}
 }

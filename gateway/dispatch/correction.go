@@ -155,9 +155,20 @@ type ttftCell struct {
 	factor atomic.Uint64
 	// cachedFactor is factor's counterpart for cached.
 	cachedFactor atomic.Uint64
+	// epoch, when set, is bumped after either factor changes: the scheduler reads the
+	// factors again only after a change (see Scheduler.correct).
+	epoch *atomic.Uint64
 }
 
-func newTTFTCell() *ttftCell { return &ttftCell{} }
+// newTTFTCell is a cell that bumps epoch (when not nil) whenever its factors change.
+func newTTFTCell(epoch *atomic.Uint64) *ttftCell { return &ttftCell{epoch: epoch} }
+
+// publish stores a factor's bits in dst and bumps the epoch when they changed.
+func (cell *ttftCell) publish(dst *atomic.Uint64, factor float64) {
+	if bits := math.Float64bits(factor); dst.Swap(bits) != bits && cell.epoch != nil {
+		cell.epoch.Add(1)
+	}
+}
 
 // learned is the cell's current multiplier, or 0 while it has none: too few observations,
 // or no typical ratio among them (the scheduler then uses its peers' factor: see correct).
@@ -181,8 +192,8 @@ func (cell *ttftCell) reset() {
 	defer cell.mu.Unlock()
 	cell.c, cell.cached = TTFTCorrection{}, TTFTCorrection{}
 	cell.gen++
-	cell.factor.Store(0)
-	cell.cachedFactor.Store(0)
+	cell.publish(&cell.factor, 0)
+	cell.publish(&cell.cachedFactor, 0)
 }
 
 // observe learns from one observation of an estimate made at generation gen (cached: a
@@ -195,11 +206,11 @@ func (cell *ttftCell) observe(gen uint64, estimated, observed time.Duration, cac
 	}
 	if cached {
 		cell.cached.Observe(estimated, observed)
-		cell.cachedFactor.Store(math.Float64bits(cell.cached.factor))
+		cell.publish(&cell.cachedFactor, cell.cached.factor)
 		return
 	}
 	cell.c.Observe(estimated, observed)
-	cell.factor.Store(math.Float64bits(cell.c.factor))
+	cell.publish(&cell.factor, cell.c.factor)
 }
 
 // state returns the cell's factor and observation count (for /debug/state).

@@ -61,3 +61,52 @@ func BenchmarkReportThenRoute(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReportThenRouteLargeFleet is BenchmarkReportThenRoute on large fleets, for
+// power-of-n and wait-and-widen (whose global phase reads the TTFT index there): the
+// scheduler's whole share of a request — the report patched in, the corrections read, the
+// index updated, the decision, the reservation.
+func BenchmarkReportThenRouteLargeFleet(b *testing.B) {
+	for _, alg := range []lbconfig.Algorithm{lbconfig.PowerOfN, lbconfig.WaitAndWiden} {
+		for _, n := range []int{64, 512, 4096} {
+			b.Run(fmt.Sprintf("%s/backends=%d", alg, n), func(b *testing.B) {
+				sys := actors.NewSystem(slog.New(slog.DiscardHandler))
+				dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler), Observer: nopObserver{}})
+				defer dir.Stop()
+				pid := dir.Ensure(target)
+				views := make([]dispatch.BackendView, n)
+				byID := make(map[string]int, n)
+				for i := range views {
+					id := fmt.Sprintf("b%04d", i)
+					byID[id] = i
+					views[i] = dispatch.BackendView{
+						ID: id, URL: "http://" + id, ClusterID: id, Active: true, HasRTT: true, RTT: time.Millisecond + time.Duration(i%7)*100*time.Microsecond,
+						Seq: &atomic.Uint64{}, UpdatedAt: time.Now(),
+						Load: load.Load{InputTPS: 1000 + float64(i%13)*31, MaxEngineConcurrency: 8, RunningRequests: uint64(i % 3)},
+					}
+					sys.Root.Send(pid, dispatch.NewBackendChanged(&views[i]))
+				}
+				e := lbconfig.DefaultEntry(alg)
+				var pp dispatch.PendingPool
+				last := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					v := &views[last]
+					v.SeqEcho = v.Seq.Load()
+					v.UpdatedAt = time.Now()
+					sys.Root.Send(pid, dispatch.NewBackendChanged(v))
+					p := pp.Acquire(time.Now())
+					p.Entry = &e
+					p.Req.InputTokens = 100
+					sys.Root.Send(pid, dispatch.Route{P: p})
+					out := <-p.Mailbox
+					if out.Kind != dispatch.OutcomeGranted {
+						b.Fatalf("outcome %+v", out)
+					}
+					last = byID[out.BackendID]
+					pp.Release(p)
+				}
+			})
+		}
+	}
+}

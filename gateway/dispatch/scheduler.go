@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -95,20 +96,25 @@ type clusterInfo struct {
 // Scheduler is the actor of one routing target: it owns the candidate snapshot, the
 // routing reservations, the balancer instances and the parked requests.
 type Scheduler struct {
-	target       Target
-	deps         Deps
-	self         *actor.PID
-	backends     map[string]*backendState
-	clusters     map[string]*clusterInfo
-	snapshot     *lb.Snapshot
-	snapBuf      lb.Snapshot    // reused by snap: rebuilt in place after every change
-	cands        []lb.Candidate // reused candidate slice of snapBuf
-	resv         []reservation  // scratch for aggregation
-	dirty        bool           // the candidate set changed: rebuild the snapshot whole
-	stale        []string       // clusters whose candidate must be re-aggregated in place
-	builtAt      time.Time      // last whole rebuild (which also expires old reservations)
-	order        []string       // backend ids in (cluster, id) order
-	group        []lb.Backend   // scratch for aggregation
+	target   Target
+	deps     Deps
+	self     *actor.PID
+	backends map[string]*backendState
+	clusters map[string]*clusterInfo
+	snapshot *lb.Snapshot
+	snapBuf  lb.Snapshot    // reused by snap: rebuilt in place after every change
+	cands    []lb.Candidate // reused candidate slice of snapBuf
+	factors  []float64      // scratch of correct
+	// factorEpoch is bumped by the clusters' correction cells when a factor changes;
+	// correctedAt is its value when the snapshot's corrections were last written.
+	factorEpoch  atomic.Uint64
+	correctedAt  uint64
+	resv         []reservation // scratch for aggregation
+	dirty        bool          // the candidate set changed: rebuild the snapshot whole
+	stale        []string      // clusters whose candidate must be re-aggregated in place
+	builtAt      time.Time     // last whole rebuild (which also expires old reservations)
+	order        []string      // backend ids in (cluster, id) order
+	group        []lb.Backend  // scratch for aggregation
 	balancers    map[lbconfig.Entry]lb.Balancer
 	lastEntry    lbconfig.Entry
 	lastEntryPtr *lbconfig.Entry

@@ -615,3 +615,29 @@ func TestCachedPromptOnAFullClusterIsWaitedFor(t *testing.T) {
 		}
 	})
 }
+
+// On a fleet large enough for wait-and-widen's TTFT index, a decision follows the reports
+// patched into the snapshot since the last: the one cluster a report made fast is chosen,
+// and once another report moves the speed to another cluster, that one.
+func TestLargeFleetDecisionFollowsReports(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		slow := load.Load{InputTPS: 1000, MaxEngineConcurrency: 8}
+		fast := load.Load{InputTPS: 100_000, MaxEngineConcurrency: 8}
+		const clusters = 300
+		for i := range clusters {
+			f.backend(fmt.Sprintf("b%03d", i), time.Millisecond, slow, 0)
+		}
+		if out := <-f.route(waw(), 1000, nil).Mailbox; out.Kind != dispatch.OutcomeGranted {
+			t.Fatalf("first: %+v", out)
+		}
+		for _, id := range []string{"b123", "b007", "b299"} {
+			f.backend(id, time.Millisecond, fast, 0)
+			out := <-f.route(waw(), 1000, nil).Mailbox
+			if out.BackendID != id {
+				t.Fatalf("after %s became fast: granted %+v, want %s", id, out, id)
+			}
+			f.backend(id, time.Millisecond, slow, 0)
+		}
+	})
+}

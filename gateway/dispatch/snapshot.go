@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -55,7 +56,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		if cand, ok := s.clusterCandidate(cluster, info.backends); ok {
 			candidates = append(candidates, cand)
 			info.seen, info.stale, info.idx = true, false, len(candidates)-1
-			cells = append(cells, info.correction())
+			cells = append(cells, info.correction(&s.factorEpoch))
 		}
 	}
 	for _, id := range s.order {
@@ -95,7 +96,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 // correction returns the cluster's TTFT correction, new for a cluster seen for the first
 // time and reset when its backends are not the ones it learned about (info.backends just
 // rebuilt, sorted).
-func (info *clusterInfo) correction() *ttftCell {
+func (info *clusterInfo) correction(epoch *atomic.Uint64) *ttftCell {
 	var (
 		h   xxh3.Hasher
 		sep [1]byte
@@ -108,7 +109,7 @@ func (info *clusterInfo) correction() *ttftCell {
 	members := h.Sum64()
 	switch {
 	case info.ttft == nil:
-		info.ttft = newTTFTCell()
+		info.ttft = newTTFTCell(epoch)
 	case members != info.members:
 		info.ttft.reset()
 	default:
@@ -118,8 +119,10 @@ func (info *clusterInfo) correction() *ttftCell {
 }
 
 // correct makes the snapshot's candidates carry their clusters' current TTFT corrections
-// (on) or none (off), before a decision. With correction on, every decision reads the
-// latest factors (one atomic load per candidate); off costs nothing once cleared.
+// (on) or none (off), before a decision. With correction on, a decision after a factor
+// changed reads the latest factors (one atomic load per candidate); one after no change,
+// and off once cleared, cost nothing. Only the candidates whose factors changed are
+// written, and recorded as changed (the balancers' indexes of the candidates follow them).
 //
 // A cluster whose correction is not warm yet takes the geometric mean of its warm peers'
 // factors: estimates are usually off for reasons the clusters share (the engines' real
@@ -127,38 +130,39 @@ func (info *clusterInfo) correction() *ttftCell {
 // peers corrected to 0.5 would look twice as slow as they and get no traffic, hence no
 // observations of its own — one cluster would take everything.
 func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
-	if !on && !s.corrected {
-		return
+	epoch := s.factorEpoch.Load() // before the factors: a change after it is seen next time
+	if on == s.corrected && (!on || epoch == s.correctedAt) {
+		return // as corrected last time, and no factor changed since
 	}
-	cold, coldCached := false, false
+	n := len(snap.Candidates)
+	f := slices.Grow(s.factors[:0], 2*n)[:2*n]
+	full, cached := f[:n], f[n:]
 	for i := range snap.Candidates {
-		f, fc := 0.0, 0.0
+		full[i], cached[i] = 0, 0
 		if on {
-			f, fc = s.cells[i].learned(), s.cells[i].learnedCached()
-			cold, coldCached = cold || f == 0, coldCached || fc == 0
+			full[i], cached[i] = s.cells[i].learned(), s.cells[i].learnedCached()
 		}
-		snap.Candidates[i].Correction, snap.Candidates[i].CachedCorrection = f, fc
 	}
-	if cold {
-		poolCold(snap, full)
+	poolCold(full)
+	poolCold(cached)
+	for i := range snap.Candidates {
+		if c := &snap.Candidates[i]; c.Correction != full[i] || c.CachedCorrection != cached[i] {
+			c.Correction, c.CachedCorrection = full[i], cached[i]
+			snap.Changed(i)
+		}
 	}
-	if coldCached {
-		poolCold(snap, cachedClass)
-	}
-	s.corrected = on
+	s.factors, s.corrected, s.correctedAt = f, on, epoch
 }
 
-// full and cachedClass select a candidate's correction of full-prefill estimates and of
-// discounted ones.
-func full(c *lb.Candidate) *float64        { return &c.Correction }
-func cachedClass(c *lb.Candidate) *float64 { return &c.CachedCorrection }
-
-// poolCold gives the candidates whose correction of one class has no factor (0) the geometric
-// mean of the warm ones' factors; the logarithms are taken only while some cluster is cold.
-func poolCold(snap *lb.Snapshot, class func(*lb.Candidate) *float64) {
+// poolCold gives the clusters whose factor is 0 (none learned) the geometric mean of the
+// others' factors; the logarithms are taken only while some cluster is cold.
+func poolCold(factors []float64) {
+	if !slices.Contains(factors, 0) {
+		return
+	}
 	logSum, n := 0.0, 0
-	for i := range snap.Candidates {
-		if f := *class(&snap.Candidates[i]); f > 0 {
+	for _, f := range factors {
+		if f > 0 {
 			logSum += math.Log(f)
 			n++
 		}
@@ -167,9 +171,9 @@ func poolCold(snap *lb.Snapshot, class func(*lb.Candidate) *float64) {
 		return
 	}
 	pooled := math.Exp(logSum / float64(n))
-	for i := range snap.Candidates {
-		if f := class(&snap.Candidates[i]); *f == 0 {
-			*f = pooled
+	for i, f := range factors {
+		if f == 0 {
+			factors[i] = pooled
 		}
 	}
 }
@@ -195,7 +199,13 @@ func (s *Scheduler) refreshStale() {
 	for _, c := range s.stale {
 		info := s.clusters[c]
 		info.stale = false
+		corr := &s.snapBuf.Candidates[info.idx]
+		full, cached := corr.Correction, corr.CachedCorrection
 		s.snapBuf.Candidates[info.idx], _ = s.clusterCandidate(c, info.backends)
+		// The corrections stay until the next decision's correct: a report changes a
+		// cluster's load, not what was learned of its estimates.
+		corr.Correction, corr.CachedCorrection = full, cached
+		s.snapBuf.Changed(info.idx)
 	}
 	s.stale = s.stale[:0]
 }

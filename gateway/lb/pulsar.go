@@ -182,7 +182,7 @@ type pulsarWaitAndWiden struct {
 	open         []int32
 	rng          Rand
 	ranker       ranker
-	scratch      []scored
+	scratch      wawScratch
 	band         []int32
 	promoted     []int32
 }

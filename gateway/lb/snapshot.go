@@ -2,6 +2,7 @@ package lb
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -100,16 +101,41 @@ func (c *Candidate) factor(scale float64) float64 {
 // EstimateFactor is the correction Estimate applies at prefill scale (0: none).
 func (c *Candidate) EstimateFactor(scale float64) float64 { return c.factor(scale) }
 
-// Snapshot is the immutable candidate set of one routing target (routing key × model) at
-// one moment, reservations included. Candidates are in stable cluster-id order; build it
-// with NewSnapshot and never modify it afterwards (balancers cache derived data per
-// membership).
+// Snapshot is the candidate set of one routing target (routing key × model) at one moment,
+// reservations included. Candidates are in stable cluster-id order; build it with
+// NewSnapshot (or Reset) and change a candidate afterwards only in place, calling Changed
+// for it (balancers cache derived data per membership and index the candidates).
 type Snapshot struct {
 	RoutingKey string
 	Model      string
 	Candidates []Candidate
 	membership uint64
+	// gen identifies this content of the snapshot: unique across every Reset of every
+	// snapshot of the process. A balancer's index of the candidates is valid for one gen
+	// and follows changes, the candidates patched in place since (Changed).
+	gen     uint64
+	changes []int32
 }
+
+// snapshotGen numbers the snapshots' contents (Snapshot.gen).
+var snapshotGen atomic.Uint64
+
+// Changed records that the owner patched candidate i in place (its load, RTT or
+// corrections): the balancers that index the candidates update that one before their next
+// decision instead of indexing the whole snapshot again. An owner that patches a
+// candidate must call it; a snapshot never patched needs nothing.
+func (s *Snapshot) Changed(i int) {
+	if len(s.changes) >= maxPendingChanges(len(s.Candidates)) {
+		// So many changes that indexing again is cheaper than following them: a new gen.
+		s.changes = s.changes[:0]
+		s.gen = snapshotGen.Add(1)
+		return
+	}
+	s.changes = append(s.changes, int32(i))
+}
+
+// maxPendingChanges bounds the changes a snapshot keeps between two Resets.
+func maxPendingChanges(candidates int) int { return 4*candidates + 64 }
 
 // NewSnapshot builds a snapshot over candidates (kept in the given order, which must be
 // stable across snapshots of the same target, e.g. sorted by cluster id).
@@ -131,7 +157,11 @@ func (s *Snapshot) Reset(routingKey, model string, candidates []Candidate) {
 		_, _ = h.WriteString(candidates[i].ClusterID)
 		_, _ = h.Write(sep[:])
 	}
-	*s = Snapshot{RoutingKey: routingKey, Model: model, Candidates: candidates, membership: h.Sum64() ^ uint64(len(candidates))}
+	*s = Snapshot{
+		RoutingKey: routingKey, Model: model, Candidates: candidates,
+		membership: h.Sum64() ^ uint64(len(candidates)),
+		gen:        snapshotGen.Add(1), changes: s.changes[:0],
+	}
 }
 
 // hasCluster reports whether a candidate of s is cluster id.

@@ -28,7 +28,7 @@ type waitAndWiden struct {
 	// the session memory), for placing new sessions.
 	kv prefixIndex
 	// Scratch reused across decisions so a decision on a cached key allocates nothing.
-	scratch  []scored
+	scratch  wawScratch
 	groupBuf []int32
 	roomBuf  []int32
 	hashBuf  []byte
@@ -394,15 +394,15 @@ func (b *waitAndWiden) returning(s *Snapshot, r *Request, group []int32) (last i
 //
 // last (≥ 0) is the cluster that last served the request's session: the affinity phase
 // takes it whenever it is among the members that can take the request now.
-func (c *wawConfig) withHold(scratch *[]scored, rng Rand, s *Snapshot, r *Request, group []int32, elapsed, hold time.Duration, affinePrice, globalPrice pricing, last int32) Decision {
-	affine := c.paced(scratch, rng, s, r, group, affinePrice, elapsed, elapsed, last)
+func (c *wawConfig) withHold(ws *wawScratch, rng Rand, s *Snapshot, r *Request, group []int32, elapsed, hold time.Duration, affinePrice, globalPrice pricing, last int32) Decision {
+	affine := c.paced(ws, rng, s, r, group, affinePrice, elapsed, elapsed, last)
 	if affine.Kind == KindSelected {
 		return affine
 	}
 	if elapsed < hold {
 		return Wait(minWait(affine, hold-elapsed))
 	}
-	global := c.paced(scratch, rng, s, r, nil, globalPrice, elapsed, elapsed-hold, -1)
+	global := c.paced(ws, rng, s, r, nil, globalPrice, elapsed, elapsed-hold, -1)
 	switch global.Kind {
 	case KindSelected:
 		global.RankDepth = len(group) + 1
@@ -455,9 +455,14 @@ func (b *waitAndWiden) group(s *Snapshot, r *Request) []int32 {
 // sloElapsed drives the queue-SLO interpolation. It returns Selected (rank 1), Wait (a
 // locked bucket with capacity will unlock) or Unavailable. prefer (≥ 0) is taken when it is
 // among the open candidates.
-func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
-	sc, overSLO := c.collect((*scratch)[:0], s, r, members, price, sloElapsed)
-	*scratch = sc
+func (c *wawConfig) evaluate(ws *wawScratch, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
+	if members == nil && c.usable(s, r, price, prefer) {
+		if d, ok := c.evaluateIndexed(ws, rng, s, r, price, load.MillisOf(budget)); ok {
+			return d
+		}
+	}
+	sc, overSLO := c.collect(ws.sc[:0], s, r, members, price, sloElapsed)
+	ws.sc = sc
 	if len(sc) == 0 {
 		if overSLO {
 			return Unavailable(ReasonQueueLimit)
@@ -475,17 +480,9 @@ func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Reques
 	if !slowest.IsFinite() || slowest-fastest > c.bucket {
 		unlocked, next = c.unlock(s, sc, load.MillisOf(budget))
 	}
-	open := sc[:0]
-	for _, x := range sc[:unlocked] {
-		if s.Candidates[x.idx].Load.HasCapacity(c.maxQueued) {
-			open = append(open, x)
-		}
-	}
+	open := openOf(s, sc[:unlocked], c.maxQueued)
 	if len(open) == 0 {
-		if next > 0 {
-			return Wait(next)
-		}
-		return Unavailable(ReasonNoCapacity)
+		return noneOpen(next)
 	}
 	if prefer >= 0 {
 		for _, x := range open {
@@ -502,14 +499,41 @@ func (c *wawConfig) evaluate(scratch *[]scored, rng Rand, s *Snapshot, r *Reques
 	return selectedAt(c.best(rng, s, r, open))
 }
 
+// wawScratch is a balancer's state reused across decisions: the estimates' buffer and the
+// TTFT index of the global phase.
+type wawScratch struct {
+	sc    []scored
+	index ttftIndex
+}
+
+// openOf filters unlocked (in place) to the candidates with capacity, in order.
+func openOf(s *Snapshot, unlocked []scored, maxQueued uint64) []scored {
+	open := unlocked[:0]
+	for _, x := range unlocked {
+		if s.Candidates[x.idx].Load.HasCapacity(maxQueued) {
+			open = append(open, x)
+		}
+	}
+	return open
+}
+
+// noneOpen is the decision when no unlocked candidate has capacity: wait for the next
+// bucket when one with capacity will unlock (next > 0), else none has capacity.
+func noneOpen(next time.Duration) Decision {
+	if next > 0 {
+		return Wait(next)
+	}
+	return Unavailable(ReasonNoCapacity)
+}
+
 // paced is evaluate with a patient pricing's pace: the bucket budget is scaled by the
 // unlock factor (so a bucket opens when the budget reaches its whole gap) and a wait is
 // scaled back to real time.
-func (c *wawConfig) paced(scratch *[]scored, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
+func (c *wawConfig) paced(ws *wawScratch, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
 	if !price.patient {
-		return c.evaluate(scratch, rng, s, r, members, price, sloElapsed, budget, prefer)
+		return c.evaluate(ws, rng, s, r, members, price, sloElapsed, budget, prefer)
 	}
-	d := c.evaluate(scratch, rng, s, r, members, price, sloElapsed, time.Duration(float64(budget)*c.unlockFactor), prefer)
+	d := c.evaluate(ws, rng, s, r, members, price, sloElapsed, time.Duration(float64(budget)*c.unlockFactor), prefer)
 	if d.Kind == KindWait && c.unlockFactor > 0 {
 		d.Wait = time.Duration(float64(d.Wait) / c.unlockFactor)
 	}
@@ -667,6 +691,12 @@ func (c *wawConfig) best(rng Rand, s *Snapshot, r *Request, open []scored) score
 		j := i + rng.IntN(len(open)-i)
 		open[i], open[j] = open[j], open[i]
 	}
+	return c.pick(s, r, open[:k])
+}
+
+// pick is the best entry of a shuffled sample by the comparator (see best).
+func (c *wawConfig) pick(s *Snapshot, r *Request, open []scored) scored {
+	k := len(open)
 	bi := 0
 	for i := 1; i < k; i++ {
 		if c.less(s, r, &open[i], &open[bi]) {
