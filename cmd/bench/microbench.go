@@ -14,8 +14,12 @@ import (
 	"github.com/switchyard/switchyard/bench/microbench"
 )
 
+// maxMicrobenchCandidates bounds a microbenchmark fleet (its synthetic candidates and the
+// balancers' state for them are built in memory).
+const maxMicrobenchCandidates = 65536
+
 type microbenchCmd struct {
-	Candidates []int  `help:"Candidate counts to measure." default:"8,64" sep:","`
+	Candidates []int  `help:"Candidate counts to measure (1 to 65536 each)." default:"8,64" sep:","`
 	Iterations int    `help:"Measured decisions per scenario." default:"100000"`
 	Warmup     int    `help:"Unmeasured decisions before measuring." default:"10000"`
 	Keys       int    `help:"Distinct affinity keys in the request mix." default:"1024"`
@@ -36,8 +40,8 @@ func (c *microbenchCmd) Validate() error {
 		errs = append(errs, errors.New("--keys must be > 0"))
 	}
 	for _, n := range c.Candidates {
-		if n < 1 || n > 4096 {
-			errs = append(errs, fmt.Errorf("--candidates %d must be between 1 and 4096", n))
+		if n < 1 || n > maxMicrobenchCandidates {
+			errs = append(errs, fmt.Errorf("--candidates %d must be between 1 and %d", n, maxMicrobenchCandidates))
 		}
 	}
 	return errors.Join(errs...)

@@ -65,22 +65,25 @@ func TestColdClustersTakeTheirPeersCorrection(t *testing.T) {
 	}
 }
 
-// The snapshot's corrections are read again once a cell's factor changes, and only then:
-// a factor learned after the last decision reaches the next one.
+// The snapshot's corrections are read again for the clusters whose factors changed: a
+// factor learned after the last decision reaches the next one, and a cell that changed
+// many times is read once.
 func TestCorrectionsFollowTheirCells(t *testing.T) {
 	s := &Scheduler{}
-	s.cells = []*ttftCell{newTTFTCell(&s.factorEpoch), newTTFTCell(&s.factorEpoch)}
+	s.cells = []*ttftCell{newTTFTCell(&s.cellQueue), newTTFTCell(&s.cellQueue)}
+	for i, c := range s.cells {
+		c.idx = i
+	}
 	snap := &lb.Snapshot{Candidates: make([]lb.Candidate, 2)}
 	s.correct(snap, true)
 	if got := snap.Candidates[0].Correction; got != 0 {
 		t.Fatalf("cold: correction %v, want none", got)
 	}
-	before := s.factorEpoch.Load()
-	for range TTFTCorrectionWarmup {
-		s.cells[0].observe(0, 100*time.Millisecond, 200*time.Millisecond, false)
+	for k := range 3 * TTFTCorrectionWarmup {
+		s.cells[0].observe(0, 100*time.Millisecond, time.Duration(200+k%3)*time.Millisecond, false)
 	}
-	if s.factorEpoch.Load() == before {
-		t.Fatal("a cell that learned a factor did not bump the epoch")
+	if got := len(s.cellQueue.cells); got != 1 {
+		t.Fatalf("%d cells queued after one cell's factor changed, want 1", got)
 	}
 	s.correct(snap, true)
 	for i, c := range snap.Candidates { // the cold one takes its warm peer's factor
@@ -90,7 +93,9 @@ func TestCorrectionsFollowTheirCells(t *testing.T) {
 	}
 	s.cells[0].reset()
 	s.correct(snap, true)
-	if got := snap.Candidates[0].Correction; got != 0 {
-		t.Errorf("after a reset: correction %v, want none", got)
+	for i, c := range snap.Candidates {
+		if c.Correction != 0 {
+			t.Errorf("after a reset: candidate %d correction %v, want none", i, c.Correction)
+		}
 	}
 }

@@ -155,19 +155,51 @@ type ttftCell struct {
 	factor atomic.Uint64
 	// cachedFactor is factor's counterpart for cached.
 	cachedFactor atomic.Uint64
-	// epoch, when set, is bumped after either factor changes: the scheduler reads the
-	// factors again only after a change (see Scheduler.correct).
-	epoch *atomic.Uint64
+	// changed, when set, is the queue the cell joins when either factor changes (once
+	// until the scheduler drains it: queued); idx is the cell's index in its scheduler's
+	// cells, set at each rebuild of the snapshot.
+	changed *changedCells
+	queued  atomic.Bool
+	idx     int
 }
 
-// newTTFTCell is a cell that bumps epoch (when not nil) whenever its factors change.
-func newTTFTCell(epoch *atomic.Uint64) *ttftCell { return &ttftCell{epoch: epoch} }
+// newTTFTCell is a cell that joins changed (when not nil) whenever its factors change.
+func newTTFTCell(changed *changedCells) *ttftCell { return &ttftCell{changed: changed, idx: -1} }
 
-// publish stores a factor's bits in dst and bumps the epoch when they changed.
+// publish stores a factor's bits in dst and queues the cell when they changed.
 func (cell *ttftCell) publish(dst *atomic.Uint64, factor float64) {
-	if bits := math.Float64bits(factor); dst.Swap(bits) != bits && cell.epoch != nil {
-		cell.epoch.Add(1)
+	bits := math.Float64bits(factor)
+	if dst.Swap(bits) != bits && cell.changed != nil && !cell.queued.Swap(true) {
+		cell.changed.push(cell)
 	}
+}
+
+// changedCells is the queue of the correction cells whose factors changed since their
+// scheduler last read them: cells join it from the requests' goroutines, the scheduler
+// drains it before a decision (Scheduler.correct).
+type changedCells struct {
+	mu    sync.Mutex
+	cells []*ttftCell
+}
+
+func (q *changedCells) push(cell *ttftCell) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.cells = append(q.cells, cell)
+}
+
+// drain moves the queued cells to dst (reused) and marks them not queued: a change after
+// this joins the queue again.
+func (q *changedCells) drain(dst []*ttftCell) []*ttftCell {
+	q.mu.Lock()
+	dst = append(dst[:0], q.cells...)
+	clear(q.cells)
+	q.cells = q.cells[:0]
+	q.mu.Unlock()
+	for _, cell := range dst {
+		cell.queued.Store(false) // before its factors are read
+	}
+	return dst
 }
 
 // learned is the cell's current multiplier, or 0 while it has none: too few observations,

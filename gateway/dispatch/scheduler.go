@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -104,11 +103,12 @@ type Scheduler struct {
 	snapshot *lb.Snapshot
 	snapBuf  lb.Snapshot    // reused by snap: rebuilt in place after every change
 	cands    []lb.Candidate // reused candidate slice of snapBuf
-	factors  []float64      // scratch of correct
-	// factorEpoch is bumped by the clusters' correction cells when a factor changes;
-	// correctedAt is its value when the snapshot's corrections were last written.
-	factorEpoch  atomic.Uint64
-	correctedAt  uint64
+	// cellQueue queues the correction cells whose factors changed; full and cached are the
+	// corrections correct gave the snapshot (drained and touched: its scratch).
+	cellQueue    changedCells
+	drained      []*ttftCell
+	touched      []int
+	full, cached pooledFactors
 	resv         []reservation // scratch for aggregation
 	dirty        bool          // the candidate set changed: rebuild the snapshot whole
 	stale        []string      // clusters whose candidate must be re-aggregated in place

@@ -4,7 +4,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -56,7 +55,9 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		if cand, ok := s.clusterCandidate(cluster, info.backends); ok {
 			candidates = append(candidates, cand)
 			info.seen, info.stale, info.idx = true, false, len(candidates)-1
-			cells = append(cells, info.correction(&s.factorEpoch))
+			cell := info.correction(&s.cellQueue)
+			cell.idx = len(cells)
+			cells = append(cells, cell)
 		}
 	}
 	for _, id := range s.order {
@@ -96,7 +97,7 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 // correction returns the cluster's TTFT correction, new for a cluster seen for the first
 // time and reset when its backends are not the ones it learned about (info.backends just
 // rebuilt, sorted).
-func (info *clusterInfo) correction(epoch *atomic.Uint64) *ttftCell {
+func (info *clusterInfo) correction(changed *changedCells) *ttftCell {
 	var (
 		h   xxh3.Hasher
 		sep [1]byte
@@ -109,7 +110,7 @@ func (info *clusterInfo) correction(epoch *atomic.Uint64) *ttftCell {
 	members := h.Sum64()
 	switch {
 	case info.ttft == nil:
-		info.ttft = newTTFTCell(epoch)
+		info.ttft = newTTFTCell(changed)
 	case members != info.members:
 		info.ttft.reset()
 	default:
@@ -119,63 +120,141 @@ func (info *clusterInfo) correction(epoch *atomic.Uint64) *ttftCell {
 }
 
 // correct makes the snapshot's candidates carry their clusters' current TTFT corrections
-// (on) or none (off), before a decision. With correction on, a decision after a factor
-// changed reads the latest factors (one atomic load per candidate); one after no change,
-// and off once cleared, cost nothing. Only the candidates whose factors changed are
-// written, and recorded as changed (the balancers' indexes of the candidates follow them).
+// (on) or none (off), before a decision. The first decision after a whole rebuild reads
+// every cluster's factors; the others read only the clusters whose factors changed since
+// (the cells queue themselves), so a decision costs nothing when none did. Only the
+// candidates whose corrections change are written, and recorded as changed (the
+// balancers' indexes of the candidates follow them).
 //
 // A cluster whose correction is not warm yet takes the geometric mean of its warm peers'
 // factors: estimates are usually off for reasons the clusters share (the engines' real
 // speed against their reports, the network), and an unknown cluster left at 1 next to
 // peers corrected to 0.5 would look twice as slow as they and get no traffic, hence no
-// observations of its own — one cluster would take everything.
+// observations of its own — one cluster would take everything. Between whole rebuilds the
+// cold clusters keep the mean they were given until it moves by more than
+// poolHysteresis: every observation moves it a little, and rewriting every cold cluster
+// for each would make each decision linear in the fleet again.
 func (s *Scheduler) correct(snap *lb.Snapshot, on bool) {
-	epoch := s.factorEpoch.Load() // before the factors: a change after it is seen next time
-	if on == s.corrected && (!on || epoch == s.correctedAt) {
-		return // as corrected last time, and no factor changed since
+	switch {
+	case !on:
+		if s.corrected {
+			for i := range snap.Candidates {
+				if c := &snap.Candidates[i]; c.Correction != 0 || c.CachedCorrection != 0 {
+					c.Correction, c.CachedCorrection = 0, 0
+					snap.Changed(i)
+				}
+			}
+			s.corrected = false
+		}
+		return
+	case !s.corrected:
+		s.drained = s.cellQueue.drain(s.drained)
+		n := len(snap.Candidates)
+		s.full.reset(n)
+		s.cached.reset(n)
+		for i := range n {
+			s.full.set(i, s.cells[i].learned())
+			s.cached.set(i, s.cells[i].learnedCached())
+		}
+		s.full.repool(0)
+		s.cached.repool(0)
+		s.writeCorrections(snap, nil)
+		s.corrected = true
+		return
 	}
-	n := len(snap.Candidates)
-	f := slices.Grow(s.factors[:0], 2*n)[:2*n]
-	full, cached := f[:n], f[n:]
-	for i := range snap.Candidates {
-		full[i], cached[i] = 0, 0
-		if on {
-			full[i], cached[i] = s.cells[i].learned(), s.cells[i].learnedCached()
+	s.drained = s.cellQueue.drain(s.drained)
+	if len(s.drained) == 0 {
+		return
+	}
+	touched := s.touched[:0]
+	for _, cell := range s.drained {
+		if i := cell.idx; i >= 0 && i < len(s.cells) && s.cells[i] == cell {
+			s.full.set(i, cell.learned())
+			s.cached.set(i, cell.learnedCached())
+			touched = append(touched, i)
 		}
 	}
-	poolCold(full)
-	poolCold(cached)
-	for i := range snap.Candidates {
-		if c := &snap.Candidates[i]; c.Correction != full[i] || c.CachedCorrection != cached[i] {
-			c.Correction, c.CachedCorrection = full[i], cached[i]
+	s.touched = touched
+	if moved := s.full.repool(poolHysteresis); s.cached.repool(poolHysteresis) || moved {
+		touched = nil // every cold candidate's correction changes
+	}
+	s.writeCorrections(snap, touched)
+}
+
+// writeCorrections writes the corrections of the candidates listed (nil: all) and records
+// the ones that changed.
+func (s *Scheduler) writeCorrections(snap *lb.Snapshot, list []int) {
+	write := func(i int) {
+		c := &snap.Candidates[i]
+		if f, fc := s.full.of(i), s.cached.of(i); c.Correction != f || c.CachedCorrection != fc {
+			c.Correction, c.CachedCorrection = f, fc
 			snap.Changed(i)
 		}
 	}
-	s.factors, s.corrected, s.correctedAt = f, on, epoch
+	if list == nil {
+		for i := range snap.Candidates {
+			write(i)
+		}
+		return
+	}
+	for _, i := range list {
+		write(i)
+	}
 }
 
-// poolCold gives the clusters whose factor is 0 (none learned) the geometric mean of the
-// others' factors; the logarithms are taken only while some cluster is cold.
-func poolCold(factors []float64) {
-	if !slices.Contains(factors, 0) {
-		return
+// poolHysteresis is by how much (relative) the cold clusters' pooled correction may drift
+// before they are given the new one between whole rebuilds of the snapshot.
+const poolHysteresis = 0.01
+
+// pooledFactors is one class of corrections (of full prefills, or of discounted ones) of
+// a snapshot's candidates: the factors their cells learned and the geometric mean of the
+// learned ones, which the cold candidates carry.
+type pooledFactors struct {
+	own    []float64 // per candidate: its cell's factor, 0 when none is learned
+	logSum float64   // of the learned factors
+	warm   int       // candidates with a learned factor
+	pooled float64   // what the cold candidates carry (0: nothing is learned)
+}
+
+func (p *pooledFactors) reset(n int) {
+	p.own = slices.Grow(p.own[:0], n)[:n]
+	clear(p.own)
+	p.logSum, p.warm, p.pooled = 0, 0, 0
+}
+
+// set makes f candidate i's learned factor.
+func (p *pooledFactors) set(i int, f float64) {
+	if old := p.own[i]; old > 0 {
+		p.logSum -= math.Log(old)
+		p.warm--
 	}
-	logSum, n := 0.0, 0
-	for _, f := range factors {
-		if f > 0 {
-			logSum += math.Log(f)
-			n++
-		}
+	if f > 0 {
+		p.logSum += math.Log(f)
+		p.warm++
 	}
-	if n == 0 {
-		return
+	p.own[i] = f
+}
+
+// repool takes the current mean as the cold candidates' factor when it moved from theirs
+// by more than hysteresis (relative), or appeared or vanished; it reports a change.
+func (p *pooledFactors) repool(hysteresis float64) bool {
+	mean := 0.0
+	if p.warm > 0 {
+		mean = math.Exp(p.logSum / float64(p.warm))
 	}
-	pooled := math.Exp(logSum / float64(n))
-	for i, f := range factors {
-		if f == 0 {
-			factors[i] = pooled
-		}
+	if mean == p.pooled || (mean > 0 && p.pooled > 0 && math.Abs(mean/p.pooled-1) <= hysteresis) {
+		return false
 	}
+	p.pooled = mean
+	return true
+}
+
+// of is candidate i's correction: its own factor, else the pooled one.
+func (p *pooledFactors) of(i int) float64 {
+	if f := p.own[i]; f > 0 {
+		return f
+	}
+	return p.pooled
 }
 
 // fullRebuildEvery bounds how long the snapshot is only patched in place: a whole rebuild

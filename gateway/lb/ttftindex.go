@@ -71,6 +71,7 @@ type ttftIndex struct {
 	exclCap []int32 // the capable ones among them, ascending
 	held    []scored
 	ends    []int32 // per block, the end of the members the bounds admit (unlocked)
+	cum     []int   // per block, the admitted candidates up to it, held ones included
 	drawn   []int32
 	swaps   []swap
 	// diverged counts the decisions sampled by rejection (their choice is not the scan's
@@ -445,10 +446,11 @@ func (q *query) next(start, bucket load.Millis) load.Millis {
 
 // unlocked appends the unmarked and held candidates whose finite estimate t has
 // t − start ≤ bucket to sc, or reports false (sc unchanged) when the bounds admit more
-// than limit of them.
+// than limit of them. Either way it leaves in ix.cum, per block, how many candidates the
+// held ones and the blocks up to it admit (see admittedAt).
 func (q *query) unlocked(sc []scored, start, bucket load.Millis, limit int) ([]scored, bool) {
+	ends, cum := q.ix.ends[:0], q.ix.cum[:0]
 	admitted := len(q.held)
-	ends := q.ix.ends[:0]
 	for k := range q.p.blocks {
 		blk := &q.p.blocks[k]
 		end, _ := slices.BinarySearchFunc(blk.members, start, func(i int32, start load.Millis) int {
@@ -457,13 +459,13 @@ func (q *query) unlocked(sc []scored, start, bucket load.Millis, limit int) ([]s
 			}
 			return 1
 		})
-		ends = append(ends, int32(end))
-		if admitted += end; admitted > limit {
-			q.ix.ends = ends
-			return sc, false
-		}
+		admitted += end
+		ends, cum = append(ends, int32(end)), append(cum, admitted)
 	}
-	q.ix.ends = ends
+	q.ix.ends, q.ix.cum = ends, cum
+	if admitted > limit {
+		return sc, false
+	}
 	for _, h := range q.held {
 		if h.ttft.IsFinite() && h.ttft-start <= bucket {
 			sc = append(sc, h)
@@ -483,10 +485,35 @@ func (q *query) unlocked(sc []scored, start, bucket load.Millis, limit int) ([]s
 	return sc, true
 }
 
+// admitted is how many candidates the last unlocked admitted (held ones included).
+func (q *query) admitted() int {
+	if len(q.ix.cum) == 0 {
+		return len(q.held)
+	}
+	return q.ix.cum[len(q.ix.cum)-1]
+}
+
+// admittedAt is the candidate at position pos of the admitted ones (the held ones, then
+// each block's admitted members), and whether it is a held one (then it is q.held[pos]).
+func (q *query) admittedAt(pos int) (i int32, held bool) {
+	if pos < len(q.held) {
+		return q.held[pos].idx, true
+	}
+	k, _ := slices.BinarySearch(q.ix.cum, pos+1) // the first block whose count exceeds pos
+	before := len(q.held)
+	if k > 0 {
+		before = q.ix.cum[k-1]
+	}
+	return q.p.blocks[k].members[pos-before], false
+}
+
 // evaluateIndexed is evaluate over every candidate by the index (see the file comment);
 // ok is false when it leaves this decision to the straightforward scan.
 func (c *wawConfig) evaluateIndexed(ws *wawScratch, rng Rand, s *Snapshot, r *Request, price pricing, budget load.Millis) (_ Decision, ok bool) {
-	ix := &ws.index
+	if ws.index == nil {
+		ws.index = &ttftIndex{}
+	}
+	ix := ws.index
 	ix.sync(s, c)
 	q := query{ix: ix, p: ix.prio(r.Priority), s: s, r: r, x: float64(r.InputTokens), last: -1}
 	ix.stamp++
@@ -566,7 +593,7 @@ func (c *wawConfig) evaluateIndexed(ws *wawScratch, rng Rand, s *Snapshot, r *Re
 		// Few open candidates: list them instead.
 		return c.chooseListed(ws, rng, s, r, q.openUnlocked(ws.sc[:0], price, start, c.bucket), wait), true
 	}
-	if d, sampled := c.sampleByRejection(ws, &q, rng, price, start, wait); sampled {
+	if d, sampled := c.sampleByRejection(ws, &q, rng, start, wait); sampled {
 		return d, true
 	}
 	// Too few found by rejection: list the unlocked candidates after all (the draws
@@ -604,7 +631,7 @@ func (q *query) openUnlocked(sc []scored, price pricing, start, bucket load.Mill
 // over c.n of the open (capable, not excluded) candidates drawn as best draws them from
 // the list of the open candidates in snapshot order, without listing them.
 func (c *wawConfig) sampleInOrder(ws *wawScratch, rng Rand, s *Snapshot, r *Request, price pricing) Decision {
-	ix := &ws.index
+	ix := ws.index
 	m := ix.capTree.total - len(ix.exclCap)
 	if m == 0 {
 		return Unavailable(ReasonNoCapacity)
@@ -644,23 +671,30 @@ func (c *wawConfig) sampleInOrder(ws *wawScratch, rng Rand, s *Snapshot, r *Requ
 
 // sampleByRejection is the decision when the unlocked buckets hold more candidates than
 // the index lists: c.n distinct open candidates with t − start ≤ bucket drawn uniformly by
-// rejection among the open ones, then the comparator. It is the same distribution as the
-// scan's sample; ok is false (the scan decides) when too few are found in a bounded number
-// of draws.
-func (c *wawConfig) sampleByRejection(ws *wawScratch, q *query, rng Rand, price pricing, start load.Millis, wait time.Duration) (_ Decision, ok bool) {
+// rejection among the candidates the bounds admitted (a superset), then the comparator.
+// It is the same distribution as the scan's sample; ok is false (the caller lists them)
+// when too few are found in a bounded number of draws.
+func (c *wawConfig) sampleByRejection(ws *wawScratch, q *query, rng Rand, start load.Millis, wait time.Duration) (_ Decision, ok bool) {
 	ix := q.ix
-	m := ix.capTree.total - len(ix.exclCap)
-	if m == 0 {
+	if ix.capTree.total-len(ix.exclCap) == 0 {
 		return noneOpen(wait), true
 	}
+	admitted := q.admitted()
 	sample, drawn := ws.sc[:0], ix.drawn[:0]
 	for d := 0; d < 32*c.n+64 && len(sample) < c.n; d++ {
-		i := ix.selectOpen(rng.IntN(m))
-		if slices.Contains(drawn, i) {
+		i, held := q.admittedAt(rng.IntN(admitted))
+		if (!held && q.skipped(i)) || !ix.capable[i] || slices.Contains(drawn, i) {
 			continue
 		}
 		drawn = append(drawn, i)
-		if x := ix.scoredAt(q.s, q.r, price, i); x.ttft.IsFinite() && x.ttft-start <= c.bucket {
+		x := scored{}
+		if held {
+			x = q.heldOf(i)
+		} else {
+			est := q.s.Candidates[i].Estimate(q.r, 1, ix.ignore)
+			x = scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: 1}
+		}
+		if x.ttft.IsFinite() && x.ttft-start <= c.bucket {
 			sample = append(sample, x)
 		}
 	}
@@ -670,6 +704,16 @@ func (c *wawConfig) sampleByRejection(ws *wawScratch, q *query, rng Rand, price 
 	}
 	ix.diverged++
 	return selectedAt(c.pick(q.s, q.r, sample)), true
+}
+
+// heldOf is held candidate i's entry.
+func (q *query) heldOf(i int32) scored {
+	for _, h := range q.held {
+		if h.idx == i {
+			return h
+		}
+	}
+	panic("lb: heldOf: not a held candidate")
 }
 
 // scoredAt is candidate i's estimate at its price.

@@ -20,6 +20,14 @@ func withIndexLimits(t testing.TB, minCandidates, listLimit int) {
 	t.Cleanup(func() { indexMinCandidates, materializeLimit = oldMin, oldList })
 }
 
+// diverged is how many of ws's decisions the index sampled differently from the scan.
+func diverged(ws *wawScratch) int {
+	if ws.index == nil {
+		return 0
+	}
+	return ws.index.diverged
+}
+
 // drawIndexLoad draws one candidate's load: slopes from few distinct throughputs (ties
 // between candidates) and from continuous ones, invalid throughputs, queue maps, full
 // engines.
@@ -114,14 +122,14 @@ func TestIndexedDecisionMatchesScan(t *testing.T) {
 			budget := time.Duration(rapid.SampledFrom([]int64{0, 3, 50, 1000, 100_000}).Draw(t, "budget")) * time.Millisecond
 			seed := rapid.Uint64().Draw(t, "seed")
 
-			before := indexed.index.diverged
+			before := diverged(&indexed)
 			got := cfg.evaluate(&indexed, rand.New(rand.NewPCG(seed, 1)), s, r, nil, price, budget, budget, -1)
 			indexMinCandidates = math.MaxInt
 			want := cfg.evaluate(&scan, rand.New(rand.NewPCG(seed, 1)), s, r, nil, price, budget, budget, -1)
 			open := scanOpen(&cfg, s, r, price, budget)
 			indexMinCandidates = 1
 
-			if indexed.index.diverged == before || got.Kind != KindSelected || want.Kind != KindSelected {
+			if diverged(&indexed) == before || got.Kind != KindSelected || want.Kind != KindSelected {
 				if got != want {
 					t.Fatalf("round %d: indexed %+v, scan %+v", round, got, want)
 				}
@@ -226,8 +234,8 @@ func TestRejectionSampleIsUniform(t *testing.T) {
 		}
 		counts[d.Index]++
 	}
-	if ws.index.diverged != open*per {
-		t.Fatalf("%d of %d decisions sampled by rejection, want all", ws.index.diverged, open*per)
+	if diverged(&ws) != open*per {
+		t.Fatalf("%d of %d decisions sampled by rejection, want all", diverged(&ws), open*per)
 	}
 	for i, c := range counts {
 		switch {

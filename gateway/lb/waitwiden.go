@@ -503,7 +503,7 @@ func (c *wawConfig) evaluate(ws *wawScratch, rng Rand, s *Snapshot, r *Request, 
 // TTFT index of the global phase.
 type wawScratch struct {
 	sc    []scored
-	index ttftIndex
+	index *ttftIndex // built on the first decision that uses it
 }
 
 // openOf filters unlocked (in place) to the candidates with capacity, in order.
