@@ -451,14 +451,22 @@ func (q *query) next(start, bucket load.Millis) load.Millis {
 func (q *query) unlocked(sc []scored, start, bucket load.Millis, limit int) ([]scored, bool) {
 	ends, cum := q.ix.ends[:0], q.ix.cum[:0]
 	admitted := len(q.held)
+	in := func(i int32, bmin float64) bool { return load.Millis(lower(q.p.a[i]+q.x*bmin))-start <= bucket }
 	for k := range q.p.blocks {
 		blk := &q.p.blocks[k]
-		end, _ := slices.BinarySearchFunc(blk.members, start, func(i int32, start load.Millis) int {
-			if load.Millis(lower(q.p.a[i]+q.x*blk.bmin))-start <= bucket {
-				return -1
-			}
-			return 1
-		})
+		var end int
+		switch m := blk.members; {
+		case len(m) == 0 || !in(m[0], blk.bmin):
+		case in(m[len(m)-1], blk.bmin):
+			end = len(m)
+		default:
+			end, _ = slices.BinarySearchFunc(m, start, func(i int32, _ load.Millis) int {
+				if in(i, blk.bmin) {
+					return -1
+				}
+				return 1
+			})
+		}
 		admitted += end
 		ends, cum = append(ends, int32(end)), append(cum, admitted)
 	}
