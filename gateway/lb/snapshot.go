@@ -131,7 +131,7 @@ func (s *Snapshot) Changed(i int) {
 		s.gen = snapshotGen.Add(1)
 		return
 	}
-	s.changes = append(s.changes, int32(i))
+	s.changes = append(s.changes, int32(i)) //nolint:gosec // a candidate index, as every balancer keeps them
 }
 
 // maxPendingChanges bounds the changes a snapshot keeps between two Resets.

@@ -137,7 +137,7 @@ func (ix *ttftIndex) sync(s *Snapshot, c *wawConfig) {
 	ix.seen = len(s.changes)
 }
 
-func boolDelta(b bool) int32 {
+func boolDelta(b bool) int {
 	if b {
 		return 1
 	}
@@ -251,7 +251,7 @@ func (p *prioIndex) build(ix *ttftIndex, priority uint32) {
 		blk := slopeBlock{members: append(slices.Grow(reuse[:0], 2*p.size), members...), bmin: p.b[members[0]], bmax: p.b[members[len(members)-1]]}
 		slices.SortFunc(blk.members, p.byA)
 		for _, i := range blk.members {
-			p.block[i] = int32(len(p.blocks))
+			p.block[i] = int32(len(p.blocks)) //nolint:gosec // at most √n + 1 blocks
 		}
 		p.blocks = append(p.blocks, blk)
 		p.lo = append(p.lo, blk.bmin)
@@ -293,7 +293,7 @@ func (p *prioIndex) update(ix *ttftIndex, i int32) {
 	j, _ := slices.BinarySearchFunc(blk.members, i, p.byA)
 	blk.members = slices.Insert(blk.members, j, i)
 	blk.bmin, blk.bmax = min(blk.bmin, b), max(blk.bmax, b)
-	p.block[i] = int32(k)
+	p.block[i] = int32(k) //nolint:gosec // a block index
 	if len(blk.members) > 4*p.size {
 		p.valid = false // one block took most updates: rebuild on next use
 	}
@@ -695,7 +695,7 @@ func (c *wawConfig) sampleByRejection(ws *wawScratch, q *query, rng Rand, start 
 			continue
 		}
 		drawn = append(drawn, i)
-		x := scored{}
+		var x scored
 		if held {
 			x = q.heldOf(i)
 		} else {
@@ -736,10 +736,10 @@ func (ix *ttftIndex) scoredAt(s *Snapshot, r *Request, price pricing, i int32) s
 func (ix *ttftIndex) selectOpen(o int) int32 {
 	e := 0
 	for {
-		i := ix.capTree.find(o + e)
-		n, _ := slices.BinarySearch(ix.exclCap, int32(i)+1) // excluded capable ones up to i
+		i := int32(ix.capTree.find(o + e))           //nolint:gosec // a candidate index
+		n, _ := slices.BinarySearch(ix.exclCap, i+1) // excluded capable ones up to i
 		if n == e {
-			return int32(i)
+			return i
 		}
 		e = n
 	}
@@ -747,7 +747,7 @@ func (ix *ttftIndex) selectOpen(o int) int32 {
 
 // fenwick counts set flags by prefix (a binary indexed tree) and finds the k-th set one.
 type fenwick struct {
-	t     []int32 // 1-based
+	t     []int // 1-based
 	total int
 }
 
@@ -769,17 +769,17 @@ func (f *fenwick) build(flags []bool) {
 	}
 }
 
-func (f *fenwick) add(i int, d int32) {
+func (f *fenwick) add(i, d int) {
 	for j := i + 1; j < len(f.t); j += j & -j {
 		f.t[j] += d
 	}
-	f.total += int(d)
+	f.total += d
 }
 
 // find is the index (from 0) of the k-th (from 0) set flag; k < total.
 func (f *fenwick) find(k int) int {
 	n := len(f.t) - 1
-	pos, rem := 0, int32(k+1)
+	pos, rem := 0, k+1
 	for step := 1 << (bits.Len(uint(n)) - 1); step > 0; step >>= 1 {
 		if next := pos + step; next <= n && f.t[next] < rem {
 			pos = next

@@ -14,10 +14,11 @@ import (
 )
 
 // withIndexLimits sets the index's size thresholds for one test.
-func withIndexLimits(t testing.TB, minCandidates, listLimit int) {
+func withIndexLimits(tb testing.TB, minCandidates, listLimit int) {
+	tb.Helper()
 	oldMin, oldList := indexMinCandidates, materializeLimit
 	indexMinCandidates, materializeLimit = minCandidates, listLimit
-	t.Cleanup(func() { indexMinCandidates, materializeLimit = oldMin, oldList })
+	tb.Cleanup(func() { indexMinCandidates, materializeLimit = oldMin, oldList })
 }
 
 // diverged is how many of ws's decisions the index sampled differently from the scan.
