@@ -86,6 +86,7 @@ type prioIndex struct {
 	lastUse  uint64
 	a, b     []float64 // per candidate
 	q        []float64 // per candidate: its effective queue at the priority (0 when ignored)
+	queues   maxTree   // every candidate's effective queue at the priority (for a queue SLO)
 	block    []int32   // per candidate: its block, -1 when its line is not finite
 	blocks   []slopeBlock
 	lo       []float64 // per block, the least slope it held when built (insertion boundary)
@@ -104,10 +105,10 @@ type slopeBlock struct {
 type swap struct{ pos, val int }
 
 // usable reports whether the index can decide the global phase of this decision exactly:
-// a large snapshot, every candidate at full prefill but the listed held ones, no queue
-// SLO, a request with input.
+// a large snapshot, every candidate at full prefill but the listed held ones, a request
+// with input. (With a queue SLO the decision also checks that the SLO drops no candidate.)
 func (c *wawConfig) usable(s *Snapshot, r *Request, price pricing, prefer int32) bool {
-	return len(s.Candidates) >= indexMinCandidates && !c.hasQueueSLO && r.InputTokens > 0 &&
+	return len(s.Candidates) >= indexMinCandidates && r.InputTokens > 0 &&
 		price.per == nil && price.only < 0 && price.scale == 1 && price.spread == 0 && prefer < 0
 }
 
@@ -223,9 +224,11 @@ func (p *prioIndex) build(ix *ttftIndex, priority uint32) {
 	p.q = slices.Grow(p.q[:0], n)[:n]
 	p.block = slices.Grow(p.block[:0], n)[:n]
 	order := p.order[:0]
+	queues := p.queues.leaves(n)
 	for i := range n {
 		a, b, q, ok := ix.line(int32(i), priority)
 		p.a[i], p.b[i], p.q[i], p.block[i] = a, b, q, -1
+		queues[i] = float64(ix.snap.Candidates[i].Load.EffectiveQueue(priority))
 		if !ok {
 			p.outside++
 			continue
@@ -238,6 +241,7 @@ func (p *prioIndex) build(ix *ttftIndex, priority uint32) {
 		}
 		return p.byA(x, y)
 	})
+	p.queues.build()
 	p.order = order
 	p.size = max(16, int(math.Sqrt(float64(n))))
 	p.blocks, p.lo = p.blocks[:0], p.lo[:0]
@@ -278,6 +282,7 @@ func (p *prioIndex) update(ix *ttftIndex, i int32) {
 	}
 	a, b, q, ok := ix.line(i, p.priority)
 	p.a[i], p.b[i], p.q[i], p.block[i] = a, b, q, -1
+	p.queues.set(int(i), float64(ix.snap.Candidates[i].Load.EffectiveQueue(p.priority)))
 	if !ok || len(p.blocks) == 0 {
 		if ok { // no block to hold it: index this priority again
 			p.valid = false
@@ -517,13 +522,20 @@ func (q *query) admittedAt(pos int) (i int32, held bool) {
 
 // evaluateIndexed is evaluate over every candidate by the index (see the file comment);
 // ok is false when it leaves this decision to the straightforward scan.
-func (c *wawConfig) evaluateIndexed(ws *wawScratch, rng Rand, s *Snapshot, r *Request, price pricing, budget load.Millis) (_ Decision, ok bool) {
+func (c *wawConfig) evaluateIndexed(ws *wawScratch, rng Rand, s *Snapshot, r *Request, price pricing, sloElapsed time.Duration, budget load.Millis) (_ Decision, ok bool) {
 	if ws.index == nil {
 		ws.index = &ttftIndex{}
 	}
 	ix := ws.index
 	ix.sync(s, c)
 	q := query{ix: ix, p: ix.prio(r.Priority), s: s, r: r, x: float64(r.InputTokens), last: -1}
+	limit := load.Infinite
+	if c.hasQueueSLO {
+		// The index decides only when the queue SLO drops no candidate; else the scan.
+		if limit = c.queueLimit(r, sloElapsed); load.Millis(q.p.queues.max()) > limit {
+			return Decision{}, false
+		}
+	}
 	ix.stamp++
 	if ix.stamp == 0 { // wrapped: forget every old mark
 		clear(ix.mark)
@@ -561,6 +573,9 @@ func (c *wawConfig) evaluateIndexed(ws *wawScratch, rng Rand, s *Snapshot, r *Re
 			infinite--
 		}
 		est := s.Candidates[h.idx].Estimate(r, h.scale, c.ignore)
+		if est.Queue > limit { // priced behind its session's prompt: over the SLO
+			return Decision{}, false
+		}
 		ix.held = append(ix.held, scored{idx: h.idx, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: h.scale})
 		if !est.TTFT.IsFinite() {
 			infinite++
@@ -744,6 +759,38 @@ func (ix *ttftIndex) selectOpen(o int) int32 {
 		e = n
 	}
 }
+
+// maxTree keeps the greatest of n values under updates (a segment tree, built bottom-up:
+// t[n+i] holds value i, t[j] the greater of t[2j] and t[2j+1]).
+type maxTree struct {
+	t []float64
+	n int
+}
+
+// leaves sizes the tree for n values and returns them to fill before build.
+func (m *maxTree) leaves(n int) []float64 {
+	m.n = n
+	m.t = slices.Grow(m.t[:0], 2*n)[:2*n]
+	return m.t[n:]
+}
+
+func (m *maxTree) build() {
+	for j := m.n - 1; j >= 1; j-- {
+		m.t[j] = max(m.t[2*j], m.t[2*j+1])
+	}
+}
+
+func (m *maxTree) set(i int, v float64) {
+	j := m.n + i
+	m.t[j] = v
+	for j > 1 {
+		j /= 2
+		m.t[j] = max(m.t[2*j], m.t[2*j+1])
+	}
+}
+
+// max is the greatest value (n ≥ 1).
+func (m *maxTree) max() float64 { return m.t[1] }
 
 // fenwick counts set flags by prefix (a binary indexed tree) and finds the k-th set one.
 type fenwick struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,8 +65,8 @@ func drawIndexLoad(t *rapid.T, label string) Candidate {
 // TestIndexedDecisionMatchesScan: wait-and-widen's global phase decided by the TTFT index
 // is the straightforward scan's decision — the same kind, wait, reason, candidate and
 // estimate from the same random draws — on random fleets whose candidates change between
-// decisions (followed through Snapshot.Changed), with exclusions and candidates priced
-// apart (a session's held clusters). Where the unlocked buckets hold more candidates than
+// decisions (followed through Snapshot.Changed), with exclusions, candidates priced apart
+// (a session's held clusters) and queue SLOs. Where the unlocked buckets hold more candidates than
 // the index lists, the index samples by rejection: the same distribution, not the same
 // draws; its choice is then checked to be one the scan could make (an unlocked candidate
 // with capacity) and its estimate exact.
@@ -91,6 +92,11 @@ func TestIndexedDecisionMatchesScan(t *testing.T) {
 		if rapid.Bool().Draw(t, "tie") {
 			e.TieTolerance = 5 * time.Millisecond
 		}
+		if rapid.Bool().Draw(t, "slo") {
+			e.HasQueueSLO = true
+			e.QueueFloor = time.Duration(rapid.SampledFrom([]int64{0, 10, 100}).Draw(t, "floor")) * time.Millisecond
+			e.QueueCeil = time.Duration(rapid.SampledFrom([]int64{100, 600, 5000}).Draw(t, "ceil")) * time.Millisecond
+		}
 		cfg := newWAWConfig(e)
 		var indexed, scan wawScratch
 		for round := range rapid.IntRange(1, 4).Draw(t, "rounds") {
@@ -106,6 +112,7 @@ func TestIndexedDecisionMatchesScan(t *testing.T) {
 			r := &Request{
 				InputTokens: rapid.SampledFrom([]uint64{1, 100, 2000, 30_000}).Draw(t, "input"),
 				Priority:    rapid.Uint32Range(0, 3).Draw(t, "priority"),
+				SLO:         time.Duration(rapid.SampledFrom([]int64{0, 50, 1000}).Draw(t, "request_slo")) * time.Millisecond,
 			}
 			for range rapid.IntRange(0, 3).Draw(t, "excluded") {
 				r.Excluded = append(r.Excluded, fmt.Sprintf("c%03d", rapid.IntRange(0, n).Draw(t, "excluded_id")))
@@ -248,4 +255,22 @@ func TestRejectionSampleIsUniform(t *testing.T) {
 			t.Errorf("candidate %d chosen %d times, want %d ± 25 %%", i, c, per)
 		}
 	}
+}
+
+// The queue SLO's tree keeps the greatest queue under updates.
+func TestMaxTree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		values := rapid.SliceOfN(rapid.Float64Range(0, 1000), 1, 100).Draw(t, "values")
+		var m maxTree
+		copy(m.leaves(len(values)), values)
+		m.build()
+		for range rapid.IntRange(0, 20).Draw(t, "updates") {
+			i := rapid.IntRange(0, len(values)-1).Draw(t, "i")
+			values[i] = rapid.Float64Range(0, 1000).Draw(t, "v")
+			m.set(i, values[i])
+		}
+		if got, want := m.max(), slices.Max(values); got != want {
+			t.Fatalf("max %v, want %v", got, want)
+		}
+	})
 }

@@ -457,7 +457,7 @@ func (b *waitAndWiden) group(s *Snapshot, r *Request) []int32 {
 // among the open candidates.
 func (c *wawConfig) evaluate(ws *wawScratch, rng Rand, s *Snapshot, r *Request, members []int32, price pricing, sloElapsed, budget time.Duration, prefer int32) Decision {
 	if members == nil && c.usable(s, r, price, prefer) {
-		if d, ok := c.evaluateIndexed(ws, rng, s, r, price, load.MillisOf(budget)); ok {
+		if d, ok := c.evaluateIndexed(ws, rng, s, r, price, sloElapsed, load.MillisOf(budget)); ok {
 			return d
 		}
 	}
