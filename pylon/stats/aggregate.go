@@ -93,6 +93,7 @@ type engineRequest struct {
 	lastSeen             time.Time
 	startKnown           bool
 	finished             bool
+	running              bool // counted in Aggregate.streamRunning
 }
 
 // Aggregate is one model generation's state. Not safe for concurrent use: its owner (the
@@ -115,7 +116,10 @@ type Aggregate struct {
 
 	caps, sources []string
 
-	engineReqs     map[string]*engineRequest
+	engineReqs map[string]*engineRequest
+	// streamRunning counts the engine requests the stats stream shows running: not
+	// finished, and reported within the last EngineViewTTL (see setRunning).
+	streamRunning  uint64
 	streamActiveAt time.Time
 	lastOutputAt   time.Time
 
@@ -433,6 +437,23 @@ func (a *Aggregate) applyStats(ev *RequestEvent, now time.Time) {
 	if ev.Finished {
 		er.finished = true
 	}
+	a.setRunning(er, !er.finished)
+}
+
+// setRunning counts er as running at the engine or not. The engine's stats stream reports
+// every request the engine runs, those of the other backends that front the same engine
+// included, so streamRunning is the engine's running count where the pylon's own live
+// requests are only its share.
+func (a *Aggregate) setRunning(er *engineRequest, running bool) {
+	switch {
+	case running && !er.running:
+		a.streamRunning++
+	case !running && er.running:
+		a.streamRunning--
+	default:
+		return
+	}
+	er.running = running
 }
 
 func (a *Aggregate) applyMetrics(m *EngineMetrics, now time.Time) {
@@ -471,6 +492,10 @@ func (a *Aggregate) Sweep(now time.Time) bool {
 		changed = true
 	}
 	for id, er := range a.engineReqs {
+		if er.running && now.Sub(er.lastSeen) >= EngineViewTTL {
+			a.setRunning(er, false) // no news of it: no longer counted (until its next event)
+			changed = true
+		}
 		if now.Sub(er.lastSeen) >= RequestStateTTL || (er.finished && now.Sub(er.lastSeen) >= ModelStatsTTL) {
 			delete(a.engineReqs, id)
 		}
@@ -528,8 +553,10 @@ type combined struct {
 
 // combineEngine merges the engine's view with the pylon's own:
 //
-//   - running requests: the maximum of the engine's running count and the pylon's live
-//     requests (the pylon's count is fresher; the engine's includes other clients);
+//   - running requests: the maximum of the pylon's live requests, the requests the
+//     engine's stats stream shows running (streamRunning) and the engine's scraped running
+//     count (the pylon's count is fresher; the engine's include other clients, such as
+//     the other backends in front of the same engine);
 //   - queue size: the maximum of the engine's waiting count and the pylon's own queue
 //     (Pending and InputProcessing requests);
 //   - queued work: the pylon's prompt tokens of the requests it relayed, plus, for the
@@ -540,9 +567,10 @@ type combined struct {
 // For an engine shared with other backends of the cluster (Shared) only the running count
 // is combined: gateways sum queue sizes and queued work over a cluster's backends, and each
 // of them sees the same engine, while the running count is cluster-scoped (the latest
-// backend's value is used, not a sum). Without a fresh engine view it is the pylon's own.
+// backend's value is used, not a sum). Without a fresh engine view it is the pylon's own
+// and the stream's.
 func (a *Aggregate) combineEngine(now time.Time) combined {
-	c := combined{running: uint64(len(a.reqs)), queue: a.count[Pending] + a.count[InputProcessing]}
+	c := combined{running: max(uint64(len(a.reqs)), a.streamRunning), queue: a.count[Pending] + a.count[InputProcessing]}
 	e := &a.engine
 	if !e.HasLoad || !a.engineFresh(now) {
 		return c

@@ -261,3 +261,41 @@ func TestRequestLifecycleAllocatesNothing(t *testing.T) {
 		t.Errorf("%d requests still live", a.Live())
 	}
 }
+
+// The engine's stats stream reports every request the engine runs, those another backend
+// in front of the same engine relayed included: the published running count is the
+// engine's, not only the pylon's share. A request finished, or not reported for
+// EngineViewTTL, no longer counts; its next event counts it again.
+func TestStreamShowsTheEngineRunningCount(t *testing.T) {
+	t.Parallel()
+	a := stats.NewAggregate("m", 1, stats.Options{})
+	a.Admit("own", 0, 100, 0, false, admission.Config{}, t0)
+	ev := func(at time.Duration, id string, finished bool) {
+		a.Apply(&stats.Update{Generation: 1, Stats: &stats.RequestEvent{RequestID: id, TokensProcessed: 10, Finished: finished}}, t0.Add(at))
+	}
+	running := func(at time.Duration) uint64 { return a.Load(t0.Add(at)).RunningRequests }
+	if got := running(0); got != 1 {
+		t.Fatalf("before any event: running %d, want the pylon's own 1", got)
+	}
+	ev(time.Millisecond, "own", false)
+	ev(time.Millisecond, "sibling-1", false)
+	ev(2*time.Millisecond, "sibling-2", false)
+	if got := running(3 * time.Millisecond); got != 3 {
+		t.Errorf("three running at the engine, one of them relayed here: running %d, want 3", got)
+	}
+	ev(4*time.Millisecond, "sibling-1", true)
+	if got := running(5 * time.Millisecond); got != 2 {
+		t.Errorf("after one finished: running %d, want 2", got)
+	}
+	ev(time.Second, "sibling-2", false)
+	if !a.Sweep(t0.Add(stats.EngineViewTTL + 2*time.Millisecond)) {
+		t.Error("the sweep that stopped counting a silent request reported no change")
+	}
+	if got := running(stats.EngineViewTTL + 3*time.Millisecond); got != 1 {
+		t.Errorf("after %v without news of own: running %d, want 1 (sibling-2 reported 1 s in; own is live here)", stats.EngineViewTTL, got)
+	}
+	ev(stats.EngineViewTTL+10*time.Millisecond, "own", false)
+	if got := running(stats.EngineViewTTL + 11*time.Millisecond); got != 2 {
+		t.Errorf("own reported again: running %d, want 2", got)
+	}
+}
