@@ -491,7 +491,7 @@ func (q *query) unlocked(sc []scored, start, bucket load.Millis, limit int) ([]s
 			}
 			est := q.s.Candidates[i].Estimate(q.r, 1, q.ix.ignore)
 			if est.TTFT.IsFinite() && est.TTFT-start <= bucket {
-				sc = append(sc, scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: 1})
+				sc = append(sc, scoredOf(i, est, 1))
 			}
 		}
 	}
@@ -506,18 +506,18 @@ func (q *query) admitted() int {
 	return q.ix.cum[len(q.ix.cum)-1]
 }
 
-// admittedAt is the candidate at position pos of the admitted ones (the held ones, then
-// each block's admitted members), and whether it is a held one (then it is q.held[pos]).
-func (q *query) admittedAt(pos int) (i int32, held bool) {
+// admittedAt is the candidate at position pos of the admitted ones: the held ones (their
+// entries, already estimated: held is set), then each block's admitted members.
+func (q *query) admittedAt(pos int) (i int32, entry scored, held bool) {
 	if pos < len(q.held) {
-		return q.held[pos].idx, true
+		return q.held[pos].idx, q.held[pos], true
 	}
 	k, _ := slices.BinarySearch(q.ix.cum, pos+1) // the first block whose count exceeds pos
 	before := len(q.held)
 	if k > 0 {
 		before = q.ix.cum[k-1]
 	}
-	return q.p.blocks[k].members[pos-before], false
+	return q.p.blocks[k].members[pos-before], scored{}, false
 }
 
 // evaluateIndexed is evaluate over every candidate by the index (see the file comment);
@@ -576,7 +576,7 @@ func (c *wawConfig) evaluateIndexed(ws *wawScratch, rng Rand, s *Snapshot, r *Re
 		if est.Queue > limit { // priced behind its session's prompt: over the SLO
 			return Decision{}, false
 		}
-		ix.held = append(ix.held, scored{idx: h.idx, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: h.scale})
+		ix.held = append(ix.held, scoredOf(h.idx, est, h.scale))
 		if !est.TTFT.IsFinite() {
 			infinite++
 		}
@@ -705,17 +705,13 @@ func (c *wawConfig) sampleByRejection(ws *wawScratch, q *query, rng Rand, start 
 	admitted := q.admitted()
 	sample, drawn := ws.sc[:0], ix.drawn[:0]
 	for d := 0; d < 32*c.n+64 && len(sample) < c.n; d++ {
-		i, held := q.admittedAt(rng.IntN(admitted))
+		i, x, held := q.admittedAt(rng.IntN(admitted))
 		if (!held && q.skipped(i)) || !ix.capable[i] || slices.Contains(drawn, i) {
 			continue
 		}
 		drawn = append(drawn, i)
-		var x scored
-		if held {
-			x = q.heldOf(i)
-		} else {
-			est := q.s.Candidates[i].Estimate(q.r, 1, ix.ignore)
-			x = scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: 1}
+		if !held {
+			x = scoredOf(i, q.s.Candidates[i].Estimate(q.r, 1, ix.ignore), 1)
 		}
 		if x.ttft.IsFinite() && x.ttft-start <= c.bucket {
 			sample = append(sample, x)
@@ -729,21 +725,10 @@ func (c *wawConfig) sampleByRejection(ws *wawScratch, q *query, rng Rand, start 
 	return selectedAt(c.pick(q.s, q.r, sample)), true
 }
 
-// heldOf is held candidate i's entry.
-func (q *query) heldOf(i int32) scored {
-	for _, h := range q.held {
-		if h.idx == i {
-			return h
-		}
-	}
-	panic("lb: heldOf: not a held candidate")
-}
-
 // scoredAt is candidate i's estimate at its price.
 func (ix *ttftIndex) scoredAt(s *Snapshot, r *Request, price pricing, i int32) scored {
 	scale := price.of(i)
-	est := s.Candidates[i].Estimate(r, scale, ix.ignore)
-	return scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: scale}
+	return scoredOf(i, s.Candidates[i].Estimate(r, scale, ix.ignore), scale)
 }
 
 // selectOpen is the o-th (from 0) capable candidate that is not excluded, in snapshot

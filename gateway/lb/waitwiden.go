@@ -162,6 +162,11 @@ type scored struct {
 	scale float64     // prefill scale it was priced at
 }
 
+// scoredOf is candidate i's entry for estimate est at prefill scale.
+func scoredOf(i int32, est load.Estimate, scale float64) scored {
+	return scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: scale}
+}
+
 // queueLimit is the interpolated queue SLO: floor + (ceil − floor) × clamp(elapsed/SLO),
 // with the ceiling when the request has no SLO.
 func (c *wawConfig) queueLimit(r *Request, elapsed time.Duration) load.Millis {
@@ -569,7 +574,7 @@ func (c *wawConfig) collect(sc []scored, s *Snapshot, r *Request, members []int3
 			overSLO = true
 			return
 		}
-		sc = append(sc, scored{idx: i, ttft: est.TTFT, cmpv: est.Comparator, queue: est.Queue, scale: scale})
+		sc = append(sc, scoredOf(i, est, scale))
 	}
 	if members == nil {
 		for i := range s.Candidates {
