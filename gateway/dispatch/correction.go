@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -275,4 +276,59 @@ func (f Feedback) Observe(observed time.Duration) {
 	if f.cell != nil {
 		f.cell.observe(f.gen, f.raw, observed, f.cached)
 	}
+}
+
+// poolHysteresis is by how much (relative) the cold clusters' pooled correction may drift
+// before they are given the new one between whole rebuilds of the snapshot.
+const poolHysteresis = 0.01
+
+// pooledFactors is one class of corrections (of full prefills, or of discounted ones) of
+// a snapshot's candidates: the factors their cells learned and the geometric mean of the
+// learned ones, which the cold candidates carry.
+type pooledFactors struct {
+	own    []float64 // per candidate: its cell's factor, 0 when none is learned
+	logSum float64   // of the learned factors
+	warm   int       // candidates with a learned factor
+	pooled float64   // what the cold candidates carry (0: nothing is learned)
+}
+
+func (p *pooledFactors) reset(n int) {
+	p.own = slices.Grow(p.own[:0], n)[:n]
+	clear(p.own)
+	p.logSum, p.warm, p.pooled = 0, 0, 0
+}
+
+// set makes f candidate i's learned factor.
+func (p *pooledFactors) set(i int, f float64) {
+	if old := p.own[i]; old > 0 {
+		p.logSum -= math.Log(old)
+		p.warm--
+	}
+	if f > 0 {
+		p.logSum += math.Log(f)
+		p.warm++
+	}
+	p.own[i] = f
+}
+
+// repool takes the current mean as the cold candidates' factor when it moved from theirs
+// by more than hysteresis (relative), or appeared or vanished; it reports a change.
+func (p *pooledFactors) repool(hysteresis float64) bool {
+	mean := 0.0
+	if p.warm > 0 {
+		mean = math.Exp(p.logSum / float64(p.warm))
+	}
+	if mean == p.pooled || (mean > 0 && p.pooled > 0 && math.Abs(mean/p.pooled-1) <= hysteresis) {
+		return false
+	}
+	p.pooled = mean
+	return true
+}
+
+// of is candidate i's correction: its own factor, else the pooled one.
+func (p *pooledFactors) of(i int) float64 {
+	if f := p.own[i]; f > 0 {
+		return f
+	}
+	return p.pooled
 }
