@@ -13,6 +13,23 @@ const clockTick = 10 * time.Millisecond
 
 var errStatFormat = errors.New("unexpected /proc/PID/stat format")
 
+// parseStatPPID returns the parent pid (field 4) of a /proc/PID/stat line.
+func parseStatPPID(s string) (int, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errStatFormat
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, errStatFormat
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, errStatFormat
+	}
+	return ppid, nil
+}
+
 // parseStatCPU returns utime + stime of a /proc/PID/stat line. The command name (field 2)
 // is in parentheses and may hold spaces or parentheses itself, so fields are counted from
 // the last ')'.

@@ -20,3 +20,16 @@ func TestParseStatCPU(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStatPPID(t *testing.T) {
+	t.Parallel()
+	got, err := parseStatPPID("4242 (my (odd) name) S 17 4242 4242 0 -1")
+	if err != nil || got != 17 {
+		t.Fatalf("got %d, %v; want 17", got, err)
+	}
+	for _, bad := range []string{"", "4242 (x S 1 2", "4242 (x) S", "4242 (x) S one"} {
+		if _, err := parseStatPPID(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -34,3 +35,39 @@ func TestCPUTimeGrowsWithWork(t *testing.T) {
 		t.Error("no error for a process that does not exist")
 	}
 }
+
+func TestTreeCPUTimeCountsChildren(t *testing.T) {
+	t.Parallel()
+	// A child that spins: once it has used three clock ticks, the parent's tree time less
+	// the parent's own must include them (less one tick: the readings follow each other).
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no sh:", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var child time.Duration
+	for start := time.Now(); child < 3*tick && time.Since(start) < 20*time.Second; {
+		c, err := fleet.CPUTime(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		child = c
+	}
+	own, err := fleet.CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := fleet.TreeCPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child < 3*tick || tree-own+tick < child {
+		t.Fatalf("tree %v less own %v does not include the child's %v", tree, own, child)
+	}
+	if _, err := fleet.TreeCPUTime(1 << 30); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}
+
+// tick is one /proc clock tick, the readings' unit.
+const tick = 10 * time.Millisecond

@@ -22,3 +22,32 @@ func CPUTime(pid int) (time.Duration, error) {
 	}
 	return parseStatCPU(string(b))
 }
+
+// TreeCPUTime is CPUTime of process pid plus that of its live child processes (nginx's
+// workers, say), found by their parent pid in /proc.
+func TreeCPUTime(pid int) (time.Duration, error) {
+	total, err := CPUTime(pid)
+	if err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err //nolint:wrapcheck // names the directory
+	}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if ppid, err := parseStatPPID(string(b)); err == nil && ppid == pid {
+			if d, err := parseStatCPU(string(b)); err == nil {
+				total += d
+			}
+		}
+	}
+	return total, nil
+}

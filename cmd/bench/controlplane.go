@@ -120,7 +120,7 @@ func (c *controlPlaneCmd) Run() error {
 	}
 	profDone := make(chan error, 1)
 	if c.Profile != "" {
-		go func() { profDone <- saveCPUProfile(c.Profile, admins[0], c.Duration) }()
+		go func() { profDone <- saveCPUProfile(c.Profile, admins[0], controlPlaneToken, c.Duration) }()
 	}
 	cpuBefore, start := cpuTimes(procs), time.Now()
 	if err := fleet.Sleep(ctx, c.Duration); err != nil {
@@ -174,8 +174,9 @@ func (c *controlPlaneCmd) Run() error {
 	return nil
 }
 
-// saveCPUProfile saves a CPU profile of the gateway on admin over d in dir.
-func saveCPUProfile(dir, admin string, d time.Duration) error {
+// saveCPUProfile saves a CPU profile of the gateway on admin (control token token, "" for
+// none) over d in dir.
+func saveCPUProfile(dir, admin, token string, d time.Duration) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
@@ -183,7 +184,9 @@ func saveCPUProfile(dir, admin string, d time.Duration) error {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + admin + "/debug/pprof/profile?seconds=" + strconv.Itoa(max(int(d.Seconds()), 1)))
-	req.Header.Set("Authorization", "Bearer "+controlPlaneToken)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	if err := fasthttp.DoTimeout(req, resp, d+30*time.Second); err != nil {
 		return err
 	}

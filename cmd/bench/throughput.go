@@ -24,6 +24,7 @@ type throughputCmd struct {
 	Duration    time.Duration `default:"10s" help:"Length of each measurement."`
 	Rounds      int           `default:"2" help:"Measurements per router, taking turns: gateway, nginx, HAProxy."`
 	BinDir      string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
+	Profile     string        `placeholder:"DIR" help:"Run the gateway with --enable-pprof and save its CPU profile over its first measurement in DIR (go tool pprof DIR/gateway-cpu.pprof)."`
 }
 
 func (c *throughputCmd) Validate() error {
@@ -118,6 +119,9 @@ func (c *throughputCmd) Run() error {
 	engines, pylons, gateway, proxy, haproxyAddr := []string{addr(0), addr(1)}, []string{addr(2), addr(3)}, addr(4), addr(5), addr(9)
 	gatewayAdmin, pylonAdmins := addr(6), []string{addr(7), addr(8)}
 	specs := []fleet.Spec{{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}}}
+	if c.Profile != "" {
+		specs[0].Args = append(specs[0].Args, "--enable-pprof")
+	}
 	for i := range engines {
 		specs = append(specs,
 			fleet.Spec{Name: "engine-" + strconv.Itoa(i), Path: bins.Engine, Args: []string{"--http-listen-addr", engines[i], "--num-tokens", "1", "--token-delay", "0s", "--log-level", "warn"}},
@@ -132,7 +136,7 @@ func (c *throughputCmd) Run() error {
 		return err
 	}
 	specs = append(specs, fleet.Spec{Name: "nginx", Path: nginx, Args: []string{"-c", conf, "-p", dir}})
-	routers := []router{{"gateway (power-of-n)", gateway, nil}, {"nginx round-robin", proxy, nil}}
+	routers := []router{{name: "gateway (power-of-n)", addr: gateway, proc: 0}, {name: "nginx round-robin", addr: proxy, proc: len(specs) - 1}}
 	if haproxy != "" {
 		hconf := filepath.Join(dir, "haproxy.cfg")
 		if err := os.WriteFile(hconf, haproxyConfig(pylons[0], pylons[1], haproxyAddr), 0o600); err != nil {
@@ -140,35 +144,66 @@ func (c *throughputCmd) Run() error {
 		}
 		// -db: stay in the foreground, so that the group's SIGTERM stops it.
 		specs = append(specs, fleet.Spec{Name: "haproxy", Path: haproxy, Args: []string{"-db", "-f", hconf}})
-		routers = append(routers, router{"HAProxy round-robin", haproxyAddr, nil})
+		routers = append(routers, router{name: "HAProxy round-robin", addr: haproxyAddr, proc: len(specs) - 1})
 	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
-	if _, err := startChildren(group, specs, dir); err != nil {
+	procs, err := startChildren(group, specs, dir)
+	if err != nil {
 		return err
 	}
 	if err := waitRoutable(ctx, gatewayAdmin, 2, 20*time.Second); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "%d connections, %v per measurement, %d rounds…\n", c.Concurrency, c.Duration, c.Rounds)
-	for range c.Rounds {
+	var profDone chan error
+	for round := range c.Rounds {
 		for i := range routers {
-			rps, err := overhead.Throughput(ctx, routers[i].addr, overheadModel, c.Concurrency, c.Duration)
-			if err != nil {
-				return fmt.Errorf("%s: %w", routers[i].name, err)
+			if round == 0 && i == 0 && c.Profile != "" {
+				profDone = make(chan error, 1)
+				go func() { profDone <- saveCPUProfile(c.Profile, gatewayAdmin, "", c.Duration) }()
 			}
-			routers[i].rps = append(routers[i].rps, rps)
+			r := &routers[i]
+			pid := procs[r.proc].PID()
+			before, cpuErr := fleet.TreeCPUTime(pid)
+			rps, err := overhead.Throughput(ctx, r.addr, overheadModel, c.Concurrency, c.Duration)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			r.rps = append(r.rps, rps)
+			if after, err := fleet.TreeCPUTime(pid); cpuErr == nil && err == nil && rps > 0 {
+				r.cpu += after - before
+				r.requests += rps * c.Duration.Seconds()
+			}
 		}
 	}
 	printThroughput(os.Stdout, routers)
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			fmt.Fprintf(os.Stderr, "profile: %v\n", err)
+		}
+	}
 	return nil
 }
 
-// router is one column of the comparison: where it listens and its measurements.
+// router is one column of the comparison: where it listens, its process (an index into
+// the started children) and its measurements: the rates, and the CPU its process and its
+// children (nginx's workers) used over them for about requests requests.
 type router struct {
-	name string
-	addr string
-	rps  []float64
+	name     string
+	addr     string
+	proc     int
+	rps      []float64
+	cpu      time.Duration
+	requests float64
+}
+
+// cpuPerRequest is the router's CPU time per request over its measurements (0: unknown).
+func (r *router) cpuPerRequest() time.Duration {
+	if r.requests <= 0 {
+		return 0
+	}
+	return time.Duration(float64(r.cpu) / r.requests)
 }
 
 func (r *router) mean() float64 {
@@ -179,21 +214,29 @@ func (r *router) mean() float64 {
 	return t / float64(len(r.rps))
 }
 
-// printThroughput prints each router's measurements and the gateway's (the first router's)
-// ratio to each of the others; the budget is the ratio to nginx.
+// printThroughput prints each router's measurements and CPU per request, and the gateway's
+// (the first router's) ratios to each of the others; the budget is the rate's ratio to nginx.
 func printThroughput(w io.Writer, routers []router) {
 	for i := range routers {
 		s := make([]string, len(routers[i].rps))
 		for j, x := range routers[i].rps {
 			s[j] = strconv.FormatFloat(x, 'f', 0, 64)
 		}
-		fmt.Fprintf(w, "%-22s req/s: %s (mean %.0f)\n", routers[i].name, strings.Join(s, ", "), routers[i].mean())
+		cpu := "CPU per request unknown"
+		if d := routers[i].cpuPerRequest(); d > 0 {
+			cpu = fmt.Sprintf("CPU %.1f µs per request", float64(d)/float64(time.Microsecond))
+		}
+		fmt.Fprintf(w, "%-22s req/s: %s (mean %.0f); %s\n", routers[i].name, strings.Join(s, ", "), routers[i].mean(), cpu)
 	}
 	for i := 1; i < len(routers); i++ {
 		budget := ""
 		if i == 1 {
 			budget = " (budget ≥ 1.0×)"
 		}
-		fmt.Fprintf(w, "gateway / %s: %.2f×%s\n", strings.Fields(routers[i].name)[0], routers[0].mean()/routers[i].mean(), budget)
+		cpu := ""
+		if g, o := routers[0].cpuPerRequest(), routers[i].cpuPerRequest(); g > 0 && o > 0 {
+			cpu = fmt.Sprintf("; CPU per request %.2f×", float64(g)/float64(o))
+		}
+		fmt.Fprintf(w, "gateway / %s: %.2f×%s%s\n", strings.Fields(routers[i].name)[0], routers[0].mean()/routers[i].mean(), budget, cpu)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The generated HAProxy configuration is one HAProxy accepts (haproxy -c), with both pylons
@@ -37,20 +38,20 @@ func TestHAProxyConfigIsValid(t *testing.T) {
 	}
 }
 
-// The report has one line per router and the gateway's ratio to each other one, the
-// budget on the nginx line.
+// The report has one line per router and the gateway's ratios to each other one, the
+// budget on the nginx line; CPU per request where it was measured.
 func TestPrintThroughput(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
 	printThroughput(&b, []router{
-		{name: "gateway (power-of-n)", rps: []float64{1000, 1200}},
-		{name: "nginx round-robin", rps: []float64{1000, 1000}},
+		{name: "gateway (power-of-n)", rps: []float64{1000, 1200}, cpu: 2 * time.Second, requests: 20_000},
+		{name: "nginx round-robin", rps: []float64{1000, 1000}, cpu: time.Second, requests: 20_000},
 		{name: "HAProxy round-robin", rps: []float64{2200}},
 	})
-	want := "gateway (power-of-n)   req/s: 1000, 1200 (mean 1100)\n" +
-		"nginx round-robin      req/s: 1000, 1000 (mean 1000)\n" +
-		"HAProxy round-robin    req/s: 2200 (mean 2200)\n" +
-		"gateway / nginx: 1.10× (budget ≥ 1.0×)\n" +
+	want := "gateway (power-of-n)   req/s: 1000, 1200 (mean 1100); CPU 100.0 µs per request\n" +
+		"nginx round-robin      req/s: 1000, 1000 (mean 1000); CPU 50.0 µs per request\n" +
+		"HAProxy round-robin    req/s: 2200 (mean 2200); CPU per request unknown\n" +
+		"gateway / nginx: 1.10× (budget ≥ 1.0×); CPU per request 2.00×\n" +
 		"gateway / HAProxy: 0.50×\n"
 	if b.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
