@@ -94,6 +94,7 @@ type engineRequest struct {
 	startKnown           bool
 	finished             bool
 	running              bool // counted in Aggregate.streamRunning
+	own                  bool // counted in Aggregate.ownInStream
 }
 
 // Aggregate is one model generation's state. Not safe for concurrent use: its owner (the
@@ -119,7 +120,12 @@ type Aggregate struct {
 	engineReqs map[string]*engineRequest
 	// streamRunning counts the engine requests the stats stream shows running: not
 	// finished, and reported within the last EngineViewTTL (see setRunning).
-	streamRunning  uint64
+	streamRunning uint64
+	// ownInStream counts the pylon's own live requests the stream has reported running or
+	// finished (see syncOwn); namesMatch says the stream has named one of them, so it names
+	// requests by the pylon's request ids and the rest are on their way to the engine.
+	ownInStream    uint64
+	namesMatch     bool
 	streamActiveAt time.Time
 	lastOutputAt   time.Time
 
@@ -223,6 +229,9 @@ func (a *Aggregate) AdmitDispatch(id string, priority uint32, inputTokens, expec
 		work = min(from.Prefill, inputTokens)
 	}
 	a.reqs[id] = request{priority: priority, inputTokens: inputTokens, work: work, phase: Pending, admittedAt: now, dispatch: from, late: late}
+	if er := a.engineReqs[id]; er != nil {
+		a.syncOwn(id, er)
+	}
 	a.count[Pending]++
 	a.tokens[Pending] += work
 	a.pendingWork[priority] += work
@@ -290,6 +299,9 @@ func (a *Aggregate) Finish(id string, outputTokens uint64, decode time.Duration,
 	}
 	a.move(&r, numPhases)
 	delete(a.reqs, id)
+	if er := a.engineReqs[id]; er != nil {
+		a.syncOwn(id, er)
+	}
 	if !a.streamFeeding(now) && outputTokens > 1 && decode > 0 {
 		a.output.Add(float64(outputTokens-1) / decode.Seconds())
 		a.lastOutputAt = now
@@ -437,23 +449,42 @@ func (a *Aggregate) applyStats(ev *RequestEvent, now time.Time) {
 	if ev.Finished {
 		er.finished = true
 	}
-	a.setRunning(er, !er.finished)
+	a.setRunning(ev.RequestID, er, !er.finished)
 }
 
-// setRunning counts er as running at the engine or not. The engine's stats stream reports
-// every request the engine runs, those of the other backends that front the same engine
-// included, so streamRunning is the engine's running count where the pylon's own live
-// requests are only its share.
-func (a *Aggregate) setRunning(er *engineRequest, running bool) {
+// setRunning counts er (the stream's request id) as running at the engine or not. The
+// engine's stats stream reports every request the engine runs, those of the other backends
+// that front the same engine included, so streamRunning is the engine's running count where
+// the pylon's own live requests are only its share.
+func (a *Aggregate) setRunning(id string, er *engineRequest, running bool) {
 	switch {
 	case running && !er.running:
 		a.streamRunning++
 	case !running && er.running:
 		a.streamRunning--
 	default:
-		return
 	}
 	er.running = running
+	a.syncOwn(id, er)
+}
+
+// syncOwn counts er in ownInStream while it is one of the pylon's own live requests and the
+// stream shows it running or finished. The own live requests not counted there have not
+// reached the engine's stream yet (or it went silent on them): the engine's count lacks
+// them, so the published running count adds them (combineEngine).
+func (a *Aggregate) syncOwn(id string, er *engineRequest) {
+	_, live := a.reqs[id]
+	own := live && (er.running || er.finished)
+	if own == er.own {
+		return
+	}
+	er.own = own
+	if own {
+		a.ownInStream++
+		a.namesMatch = true
+	} else {
+		a.ownInStream--
+	}
 }
 
 func (a *Aggregate) applyMetrics(m *EngineMetrics, now time.Time) {
@@ -493,7 +524,7 @@ func (a *Aggregate) Sweep(now time.Time) bool {
 	}
 	for id, er := range a.engineReqs {
 		if er.running && now.Sub(er.lastSeen) >= EngineViewTTL {
-			a.setRunning(er, false) // no news of it: no longer counted (until its next event)
+			a.setRunning(id, er, false) // no news of it: no longer counted (until its next event)
 			changed = true
 		}
 		if now.Sub(er.lastSeen) >= RequestStateTTL || (er.finished && now.Sub(er.lastSeen) >= ModelStatsTTL) {
@@ -554,9 +585,12 @@ type combined struct {
 // combineEngine merges the engine's view with the pylon's own:
 //
 //   - running requests: the maximum of the pylon's live requests, the requests the
-//     engine's stats stream shows running (streamRunning) and the engine's scraped running
-//     count (the pylon's count is fresher; the engine's include other clients, such as
-//     the other backends in front of the same engine);
+//     engine's stats stream shows running (streamRunning) plus the pylon's own live ones the
+//     stream has not shown yet (on their way to the engine; only once the stream has named
+//     one of the pylon's requests, so that a stream with its own request ids counts
+//     nothing twice), and the engine's scraped running count (the pylon's count is
+//     fresher; the engine's include other clients, such as the other backends in front of
+//     the same engine);
 //   - queue size: the maximum of the engine's waiting count and the pylon's own queue
 //     (Pending and InputProcessing requests);
 //   - queued work: the pylon's prompt tokens of the requests it relayed, plus, for the
@@ -571,6 +605,9 @@ type combined struct {
 // and the stream's.
 func (a *Aggregate) combineEngine(now time.Time) combined {
 	c := combined{running: max(uint64(len(a.reqs)), a.streamRunning), queue: a.count[Pending] + a.count[InputProcessing]}
+	if a.namesMatch {
+		c.running = max(c.running, a.streamRunning+uint64(len(a.reqs))-a.ownInStream)
+	}
 	e := &a.engine
 	if !e.HasLoad || !a.engineFresh(now) {
 		return c

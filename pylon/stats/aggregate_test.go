@@ -264,8 +264,8 @@ func TestRequestLifecycleAllocatesNothing(t *testing.T) {
 
 // The engine's stats stream reports every request the engine runs, those another backend
 // in front of the same engine relayed included: the published running count is the
-// engine's, not only the pylon's share. A request finished, or not reported for
-// EngineViewTTL, no longer counts; its next event counts it again.
+// engine's, not only the pylon's share. Another backend's request finished, or not
+// reported for EngineViewTTL, no longer counts; its next event counts it again.
 func TestStreamShowsTheEngineRunningCount(t *testing.T) {
 	t.Parallel()
 	a := stats.NewAggregate("m", 1, stats.Options{})
@@ -291,11 +291,58 @@ func TestStreamShowsTheEngineRunningCount(t *testing.T) {
 	if !a.Sweep(t0.Add(stats.EngineViewTTL + 2*time.Millisecond)) {
 		t.Error("the sweep that stopped counting a silent request reported no change")
 	}
-	if got := running(stats.EngineViewTTL + 3*time.Millisecond); got != 1 {
-		t.Errorf("after %v without news of own: running %d, want 1 (sibling-2 reported 1 s in; own is live here)", stats.EngineViewTTL, got)
+	// own is still live here, so it still counts, beside sibling-2 (reported 1 s in).
+	if got := running(stats.EngineViewTTL + 3*time.Millisecond); got != 2 {
+		t.Errorf("after %v without news of own: running %d, want 2 (sibling-2 reported 1 s in; own is live here)", stats.EngineViewTTL, got)
 	}
 	ev(stats.EngineViewTTL+10*time.Millisecond, "own", false)
 	if got := running(stats.EngineViewTTL + 11*time.Millisecond); got != 2 {
 		t.Errorf("own reported again: running %d, want 2", got)
+	}
+}
+
+// The pylon's own requests the stream has not shown yet are on their way to the engine:
+// the published running count adds them to the stream's, once the stream has named one of
+// the pylon's requests. A stream that names requests its own way (never one of the
+// pylon's ids) is not added to: its requests may be the pylon's own under other names.
+func TestOwnRequestsOnTheirWayCountBesideTheStream(t *testing.T) {
+	t.Parallel()
+	ev := func(a *stats.Aggregate, at time.Duration, id string, finished bool) {
+		a.Apply(&stats.Update{Generation: 1, Stats: &stats.RequestEvent{RequestID: id, TokensProcessed: 10, Finished: finished}}, t0.Add(at))
+	}
+	running := func(a *stats.Aggregate, at time.Duration) uint64 { return a.Load(t0.Add(at)).RunningRequests }
+
+	a := stats.NewAggregate("m", 1, stats.Options{})
+	a.Admit("own-1", 0, 100, 0, false, admission.Config{}, t0)
+	ev(a, time.Millisecond, "own-1", false)
+	ev(a, time.Millisecond, "sibling-1", false)
+	ev(a, time.Millisecond, "sibling-2", false)
+	a.Admit("own-2", 0, 100, 0, false, admission.Config{}, t0.Add(2*time.Millisecond))
+	a.Admit("own-3", 0, 100, 0, false, admission.Config{}, t0.Add(2*time.Millisecond))
+	if got := running(a, 3*time.Millisecond); got != 5 {
+		t.Errorf("three at the engine (one of them own-1) and two own on their way: running %d, want 5", got)
+	}
+	ev(a, 4*time.Millisecond, "own-2", false)
+	if got := running(a, 5*time.Millisecond); got != 5 {
+		t.Errorf("own-2 reached the engine: running %d, want still 5", got)
+	}
+	ev(a, 6*time.Millisecond, "own-1", true) // finished at the engine, its relay not yet done
+	if got := running(a, 7*time.Millisecond); got != 4 {
+		t.Errorf("own-1 finished at the engine: running %d, want 4", got)
+	}
+	a.Finish("own-1", 10, 0, t0.Add(8*time.Millisecond))
+	a.Finish("own-3", 10, 0, t0.Add(8*time.Millisecond)) // never reached the stream
+	if got := running(a, 9*time.Millisecond); got != 3 {
+		t.Errorf("own-1 and own-3 done: running %d, want 3 (own-2 and two siblings)", got)
+	}
+
+	b := stats.NewAggregate("m", 1, stats.Options{})
+	b.Admit("own-1", 0, 100, 0, false, admission.Config{}, t0)
+	b.Admit("own-2", 0, 100, 0, false, admission.Config{}, t0)
+	ev(b, time.Millisecond, "engine-7", false)
+	ev(b, time.Millisecond, "engine-8", false)
+	ev(b, time.Millisecond, "engine-9", false)
+	if got := running(b, 2*time.Millisecond); got != 3 {
+		t.Errorf("a stream of its own ids: running %d, want the larger count, 3", got)
 	}
 }
