@@ -13,15 +13,26 @@ const clockTick = 10 * time.Millisecond
 
 var errStatFormat = errors.New("unexpected /proc/PID/stat format")
 
-// parseStatPPID returns the parent pid (field 4) of a /proc/PID/stat line.
-func parseStatPPID(s string) (int, error) {
+// statFields returns the fields of a /proc/PID/stat line from field 3 (state) on. The
+// command name (field 2) is in parentheses and may hold spaces or parentheses itself, so
+// fields are counted from the last ')'; at least want of them are required.
+func statFields(s string, want int) ([]string, error) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, errStatFormat
+		return nil, errStatFormat
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, errStatFormat
+	if len(f) < want {
+		return nil, errStatFormat
+	}
+	return f, nil
+}
+
+// parseStatPPID returns the parent pid (field 4) of a /proc/PID/stat line.
+func parseStatPPID(s string) (int, error) {
+	f, err := statFields(s, 2)
+	if err != nil {
+		return 0, err
 	}
 	ppid, err := strconv.Atoi(f[1])
 	if err != nil {
@@ -30,18 +41,11 @@ func parseStatPPID(s string) (int, error) {
 	return ppid, nil
 }
 
-// parseStatCPU returns utime + stime of a /proc/PID/stat line. The command name (field 2)
-// is in parentheses and may hold spaces or parentheses itself, so fields are counted from
-// the last ')'.
+// parseStatCPU returns utime + stime (fields 14 and 15) of a /proc/PID/stat line.
 func parseStatCPU(s string) (time.Duration, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errStatFormat
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, errStatFormat
+	f, err := statFields(s, 13)
+	if err != nil {
+		return 0, err
 	}
 	var total time.Duration
 	for _, v := range f[11:13] {
