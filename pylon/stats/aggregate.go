@@ -528,6 +528,10 @@ func (a *Aggregate) Sweep(now time.Time) bool {
 			changed = true
 		}
 		if now.Sub(er.lastSeen) >= RequestStateTTL || (er.finished && now.Sub(er.lastSeen) >= ModelStatsTTL) {
+			if er.own { // a live request of the pylon's own the engine finished long ago
+				er.own = false
+				a.ownInStream--
+			}
 			delete(a.engineReqs, id)
 		}
 	}
@@ -605,8 +609,8 @@ type combined struct {
 // and the stream's.
 func (a *Aggregate) combineEngine(now time.Time) combined {
 	c := combined{running: max(uint64(len(a.reqs)), a.streamRunning), queue: a.count[Pending] + a.count[InputProcessing]}
-	if a.namesMatch {
-		c.running = max(c.running, a.streamRunning+uint64(len(a.reqs))-a.ownInStream)
+	if live := uint64(len(a.reqs)); a.namesMatch && live > a.ownInStream {
+		c.running = max(c.running, a.streamRunning+live-a.ownInStream)
 	}
 	e := &a.engine
 	if !e.HasLoad || !a.engineFresh(now) {

@@ -346,3 +346,25 @@ func TestOwnRequestsOnTheirWayCountBesideTheStream(t *testing.T) {
 		t.Errorf("a stream of its own ids: running %d, want the larger count, 3", got)
 	}
 }
+
+// An own request whose engine finished it long before its relay ended loses its engine
+// state to the sweep: the count of own requests seen in the stream must not outlive it, or
+// the requests on their way to the engine would be undercounted from then on.
+func TestOwnRequestSweptBeforeItsRelayEnds(t *testing.T) {
+	t.Parallel()
+	a := stats.NewAggregate("m", 1, stats.Options{})
+	ev := func(at time.Duration, id string, finished bool) {
+		a.Apply(&stats.Update{Generation: 1, Stats: &stats.RequestEvent{RequestID: id, TokensProcessed: 10, Finished: finished}}, t0.Add(at))
+	}
+	a.Admit("own-1", 0, 100, 0, false, admission.Config{}, t0)
+	ev(time.Millisecond, "own-1", false)
+	ev(2*time.Millisecond, "own-1", true)
+	a.Sweep(t0.Add(stats.ModelStatsTTL + time.Second)) // own-1's engine state is dropped
+	a.Finish("own-1", 10, 0, t0.Add(stats.ModelStatsTTL+2*time.Second))
+	late := stats.ModelStatsTTL + 3*time.Second
+	a.Admit("own-2", 0, 100, 0, false, admission.Config{}, t0.Add(late))
+	ev(late, "sibling", false)
+	if got := a.Load(t0.Add(late + time.Millisecond)).RunningRequests; got != 2 {
+		t.Errorf("sibling at the engine and own-2 on its way: running %d, want 2", got)
+	}
+}
