@@ -51,12 +51,35 @@ var copyBufs = sync.Pool{New: func() any { return new([copyChunk]byte) }}
 // error ends it with that error. The gateway's and the pylon's body streams implement
 // fasthttp's BodyWriterTo with it, so an open stream holds 2 KiB for its copy instead of
 // 4 KiB.
-func CopyStream(w io.Writer, r io.Reader) (int64, error) {
-	buf := copyBufs.Get().(*[copyChunk]byte) //nolint:forcetypeassert // the pool holds nothing else
-	defer copyBufs.Put(buf)
+func CopyStream(w io.Writer, r io.Reader) (int64, error) { return CopyStreamVia(w, r, nil) }
+
+// IdleChunk is the size of the buffer a stream waits for its next event on
+// (CopyStreamVia): a typical event fits in it.
+const IdleChunk = 512
+
+// CopyStreamVia is CopyStream that waits on idle, a buffer the caller keeps (nil: none):
+// each read goes into idle until one fills it, the sign that more is waiting; the reads
+// then go into a pooled 2 KiB buffer, given back once a read would have fitted in idle
+// again. A stream waiting for its next event so holds only idle, and the pool's buffers
+// serve the streams that are sending. Each read is still written at once.
+func CopyStreamVia(w io.Writer, r io.Reader, idle []byte) (int64, error) {
+	var pooled *[copyChunk]byte
+	defer func() {
+		if pooled != nil {
+			copyBufs.Put(pooled)
+		}
+	}()
+	take := func() []byte {
+		pooled = copyBufs.Get().(*[copyChunk]byte) //nolint:forcetypeassert // the pool holds nothing else
+		return pooled[:]
+	}
+	buf := idle
+	if len(idle) == 0 {
+		buf = take()
+	}
 	var total int64
 	for {
-		n, err := r.Read(buf[:])
+		n, err := r.Read(buf)
 		if n > 0 {
 			m, werr := w.Write(buf[:n])
 			total += int64(m)
@@ -69,6 +92,13 @@ func CopyStream(w io.Writer, r io.Reader) (int64, error) {
 		}
 		if err != nil {
 			return total, err //nolint:wrapcheck // the stream's own error, as fasthttp's loop returns it
+		}
+		switch {
+		case pooled == nil && n == len(buf):
+			buf = take()
+		case pooled != nil && len(idle) > 0 && n < len(idle):
+			copyBufs.Put(pooled)
+			pooled, buf = nil, idle
 		}
 	}
 }

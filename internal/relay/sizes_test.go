@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -78,3 +79,39 @@ func TestCopyStreamWritesEachReadAndEndsLikeFasthttpsLoop(t *testing.T) {
 
 // fasthttp copies a body stream through WriteTo only when it says so.
 var _ fasthttp.BodyWriterTo = (*relay.Stream)(nil)
+
+// CopyStreamVia waits on the caller's small buffer, moves to a pooled one while reads fill
+// it, and back once a read would fit the small one again; every read is written at once.
+func TestCopyStreamViaWaitsOnTheSmallBuffer(t *testing.T) {
+	t.Parallel()
+	idle := make([]byte, relay.IdleChunk)
+	big := strings.Repeat("x", 5000)
+	r := &sizeLog{r: &chunkReader{parts: []string{"data: a\n\n", big, "data: b\n\n", "data: [DONE]\n\n"}, err: io.EOF}}
+	w := &writeLog{}
+	n, err := relay.CopyStreamVia(w, r, idle)
+	if err != nil || n != int64(len("data: a\n\n")+len(big)+len("data: b\n\n")+len("data: [DONE]\n\n")) {
+		t.Fatalf("CopyStreamVia = %d, %v", n, err)
+	}
+	if got := strings.Join(w.got, ""); got != "data: a\n\n"+big+"data: b\n\ndata: [DONE]\n\n" {
+		t.Fatalf("copied %d bytes, not the stream", len(got))
+	}
+	// The first event and the start of the big one go through the small buffer; the big
+	// one's rest through the 2 KiB one (2048, 2048, then the last 392 bytes); then the
+	// small buffer again for the next two events and the end.
+	s := relay.IdleChunk
+	want := []int{s, s, 2048, 2048, 2048, s, s, s}
+	if fmt.Sprint(r.sizes) != fmt.Sprint(want) {
+		t.Errorf("read buffer sizes %v, want %v", r.sizes, want)
+	}
+}
+
+// sizeLog records the size of each buffer Read is given.
+type sizeLog struct {
+	r     io.Reader
+	sizes []int
+}
+
+func (s *sizeLog) Read(p []byte) (int, error) {
+	s.sizes = append(s.sizes, len(p))
+	return s.r.Read(p)
+}

@@ -38,6 +38,7 @@ type Stream struct {
 	sse     bool
 	first   bool
 	once    sync.Once
+	idle    [IdleChunk]byte // WriteTo waits for the next event on it
 }
 
 // NewStream returns a Stream over up.
@@ -106,9 +107,10 @@ func (s *Stream) CloseWithError(err error) error {
 	return cerr
 }
 
-// WriteTo copies the stream to w through a 2 KiB pooled buffer (CopyStream): fasthttp
+// WriteTo copies the stream to w, waiting for each event on the stream's own 512-byte
+// buffer and taking a pooled 2 KiB one only while more is waiting (CopyStreamVia): fasthttp
 // uses it instead of Read and its own 4 KiB buffer (BodyWriterTo).
-func (s *Stream) WriteTo(w io.Writer) (int64, error) { return CopyStream(w, s) }
+func (s *Stream) WriteTo(w io.Writer) (int64, error) { return CopyStreamVia(w, s, s.idle[:]) }
 
 // SupportsBodyWriteTo tells fasthttp that WriteTo may replace the Read loop.
 func (*Stream) SupportsBodyWriteTo() bool { return true }
