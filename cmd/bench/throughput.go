@@ -157,12 +157,12 @@ func (c *throughputCmd) Run() error {
 	}
 	fmt.Fprintf(os.Stderr, "%d connections, %v per measurement, %d rounds…\n", c.Concurrency, c.Duration, c.Rounds)
 	var profDone chan error
-	for round := range c.Rounds {
+	if c.Profile != "" { // over the first measurement, the gateway's
+		profDone = make(chan error, 1)
+		go func() { profDone <- saveCPUProfile(c.Profile, gatewayAdmin, "", c.Duration) }()
+	}
+	for range c.Rounds {
 		for i := range routers {
-			if round == 0 && i == 0 && c.Profile != "" {
-				profDone = make(chan error, 1)
-				go func() { profDone <- saveCPUProfile(c.Profile, gatewayAdmin, "", c.Duration) }()
-			}
 			r := &routers[i]
 			pid := procs[r.proc].PID()
 			before, cpuErr := fleet.TreeCPUTime(pid)

@@ -40,29 +40,24 @@ const ClientWriteBuffer = 2 << 10
 // from vLLM, SGLang or the mock engine); larger reads of a body go around it.
 const EngineReadBuffer = 2 << 10
 
-// copyChunk is the buffer CopyStream copies a relayed body through.
+// copyChunk is the pooled buffer CopyStream copies a sending stream through.
 const copyChunk = 2 << 10
 
 var copyBufs = sync.Pool{New: func() any { return new([copyChunk]byte) }}
 
-// CopyStream copies r to w until r's io.EOF through a pooled 2 KiB buffer, as fasthttp's
-// own loop for a streamed body does through its 4 KiB one: each read is written at once (a
-// chunk, flushed), io.EOF ends the copy without an error, any other read error or a write
-// error ends it with that error. The gateway's and the pylon's body streams implement
-// fasthttp's BodyWriterTo with it, so an open stream holds 2 KiB for its copy instead of
-// 4 KiB.
-func CopyStream(w io.Writer, r io.Reader) (int64, error) { return CopyStreamVia(w, r, nil) }
-
 // IdleChunk is the size of the buffer a stream waits for its next event on
-// (CopyStreamVia): a typical event fits in it.
+// (CopyStream): a typical event fits in it.
 const IdleChunk = 512
 
-// CopyStreamVia is CopyStream that waits on idle, a buffer the caller keeps (nil: none):
-// each read goes into idle until one fills it, the sign that more is waiting; the reads
-// then go into a pooled 2 KiB buffer, given back once a read would have fitted in idle
-// again. A stream waiting for its next event so holds only idle, and the pool's buffers
-// serve the streams that are sending. Each read is still written at once.
-func CopyStreamVia(w io.Writer, r io.Reader, idle []byte) (int64, error) {
+// CopyStream copies r to w until r's io.EOF, as fasthttp's own loop for a streamed body
+// does through its 4 KiB buffer: each read is written at once (a chunk, flushed), io.EOF
+// ends the copy without an error, any other read error or a write error ends it with that
+// error. It reads into idle, a buffer the caller keeps (nil: none), until a read fills it,
+// the sign that more is waiting; the reads then go into a pooled 2 KiB buffer, given back
+// once a read would have fitted in idle again. A stream waiting for its next event so
+// holds only idle, and the pool's buffers serve the streams that are sending. The pylon's
+// relay stream implements fasthttp's BodyWriterTo with it.
+func CopyStream(w io.Writer, r io.Reader, idle []byte) (int64, error) {
 	var pooled *[copyChunk]byte
 	defer func() {
 		if pooled != nil {

@@ -59,7 +59,7 @@ func (w *writeLog) Write(p []byte) (int, error) {
 func TestCopyStreamWritesEachReadAndEndsLikeFasthttpsLoop(t *testing.T) {
 	big := strings.Repeat("x", 5000) // over the 2 KiB buffer: three writes
 	w := &writeLog{}
-	n, err := relay.CopyStream(w, &chunkReader{parts: []string{"data: a\n\n", big, "data: [DONE]\n\n"}, err: io.EOF})
+	n, err := relay.CopyStream(w, &chunkReader{parts: []string{"data: a\n\n", big, "data: [DONE]\n\n"}, err: io.EOF}, nil)
 	if err != nil || n != int64(len("data: a\n\n")+len(big)+len("data: [DONE]\n\n")) {
 		t.Fatalf("CopyStream = %d, %v", n, err)
 	}
@@ -68,11 +68,11 @@ func TestCopyStreamWritesEachReadAndEndsLikeFasthttpsLoop(t *testing.T) {
 	}
 
 	broken := errors.New("upstream reset")
-	if _, err := relay.CopyStream(&writeLog{}, &chunkReader{parts: []string{"data: a\n\n"}, err: broken}); !errors.Is(err, broken) {
+	if _, err := relay.CopyStream(&writeLog{}, &chunkReader{parts: []string{"data: a\n\n"}, err: broken}, nil); !errors.Is(err, broken) {
 		t.Fatalf("read error: got %v, want %v", err, broken)
 	}
 	w = &writeLog{failAt: 2}
-	if _, err := relay.CopyStream(w, &chunkReader{parts: []string{"a", "b", "c"}, err: io.EOF}); err == nil || len(w.got) != 1 {
+	if _, err := relay.CopyStream(w, &chunkReader{parts: []string{"a", "b", "c"}, err: io.EOF}, nil); err == nil || len(w.got) != 1 {
 		t.Fatalf("write error: got %v after %d writes", err, len(w.got))
 	}
 }
@@ -80,17 +80,17 @@ func TestCopyStreamWritesEachReadAndEndsLikeFasthttpsLoop(t *testing.T) {
 // fasthttp copies a body stream through WriteTo only when it says so.
 var _ fasthttp.BodyWriterTo = (*relay.Stream)(nil)
 
-// CopyStreamVia waits on the caller's small buffer, moves to a pooled one while reads fill
+// CopyStream waits on the caller's small buffer, moves to a pooled one while reads fill
 // it, and back once a read would fit the small one again; every read is written at once.
-func TestCopyStreamViaWaitsOnTheSmallBuffer(t *testing.T) {
+func TestCopyStreamWaitsOnTheSmallBuffer(t *testing.T) {
 	t.Parallel()
 	idle := make([]byte, relay.IdleChunk)
 	big := strings.Repeat("x", 5000)
 	r := &sizeLog{r: &chunkReader{parts: []string{"data: a\n\n", big, "data: b\n\n", "data: [DONE]\n\n"}, err: io.EOF}}
 	w := &writeLog{}
-	n, err := relay.CopyStreamVia(w, r, idle)
+	n, err := relay.CopyStream(w, r, idle)
 	if err != nil || n != int64(len("data: a\n\n")+len(big)+len("data: b\n\n")+len("data: [DONE]\n\n")) {
-		t.Fatalf("CopyStreamVia = %d, %v", n, err)
+		t.Fatalf("CopyStream = %d, %v", n, err)
 	}
 	if got := strings.Join(w.got, ""); got != "data: a\n\n"+big+"data: b\n\ndata: [DONE]\n\n" {
 		t.Fatalf("copied %d bytes, not the stream", len(got))

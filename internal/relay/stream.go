@@ -108,9 +108,9 @@ func (s *Stream) CloseWithError(err error) error {
 }
 
 // WriteTo copies the stream to w, waiting for each event on the stream's own 512-byte
-// buffer and taking a pooled 2 KiB one only while more is waiting (CopyStreamVia): fasthttp
+// buffer and taking a pooled 2 KiB one only while more is waiting (CopyStream): fasthttp
 // uses it instead of Read and its own 4 KiB buffer (BodyWriterTo).
-func (s *Stream) WriteTo(w io.Writer) (int64, error) { return CopyStreamVia(w, s, s.idle[:]) }
+func (s *Stream) WriteTo(w io.Writer) (int64, error) { return CopyStream(w, s, s.idle[:]) }
 
 // SupportsBodyWriteTo tells fasthttp that WriteTo may replace the Read loop.
 func (*Stream) SupportsBodyWriteTo() bool { return true }
