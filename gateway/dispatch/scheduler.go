@@ -430,11 +430,16 @@ func (s *Scheduler) try(p *Pending) {
 			}
 		}
 		s.correct(snap, p.Entry.TTFTCorrection)
+		// Sibling first (after a queue mismatch or a failed backend), but not a sibling
+		// known to be full: the backends of a cluster front one engine, and pylons that
+		// see its stats stream each report its whole running count, so a full sibling is
+		// the same full engine. The cluster is then left out and the balancer compares
+		// the others.
 		if p.PreferCluster != "" {
 			c := p.PreferCluster
 			p.PreferCluster = ""
 			if i := slices.IndexFunc(snap.Candidates, func(cand lb.Candidate) bool { return cand.ClusterID == c }); i >= 0 {
-				if id, ok := s.pickBackend(c, p); ok {
+				if id, ok := s.pickBackend(c, p); ok && !s.backendFull(id) {
 					s.grant(p, id, &snap.Candidates[i], lb.Selected(i, 1), elapsed)
 					return
 				}
@@ -552,10 +557,14 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 // keyedBackend picks the backend of a keyed request (lb.KeyedBackend): the one its session
 // key ranks first, or a sibling with a free slot when that one is full.
 func (s *Scheduler) keyedBackend(backends []string, p *Pending) (string, bool) {
-	return lb.KeyedBackend(backends, p.SessionKey(), p.backendFailed, func(id string) bool {
-		b := s.backends[id]
-		return b == nil || b.full()
-	})
+	return lb.KeyedBackend(backends, p.SessionKey(), p.backendFailed, s.backendFull)
+}
+
+// backendFull reports that backend id is unknown or runs as many requests as its engine's
+// known concurrency (see full).
+func (s *Scheduler) backendFull(id string) bool {
+	b := s.backends[id]
+	return b == nil || b.full()
 }
 
 // full reports that the backend runs as many requests as its engine's known concurrency

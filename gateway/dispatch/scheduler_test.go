@@ -267,6 +267,34 @@ func TestPreferClusterSibling(t *testing.T) {
 	})
 }
 
+// Sibling-first passes over a sibling that reports the cluster's engine full (pylons that
+// share an engine each report its whole running count): the cluster is left out and the
+// balancer picks among the others. A sibling with a free slot is still taken.
+func TestPreferClusterSkipsFullSibling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			running uint64
+			want    string
+		}{{running: 2, want: "b"}, {running: 1, want: "a2"}} {
+			f := newFixture(t)
+			seq := &atomic.Uint64{}
+			for _, id := range []string{"a1", "a2"} {
+				f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+					ID: id, ClusterID: "a", Active: true, HasRTT: true, RTT: time.Millisecond, Seq: seq,
+					Load: load.Load{InputTPS: 1000, MaxEngineConcurrency: 2, RunningRequests: tc.running}, UpdatedAt: time.Now(),
+				}})
+			}
+			f.backend("b", 100*time.Millisecond, load.Load{InputTPS: 1000}, 0)
+			out := <-f.route(waw(), 10, func(p *dispatch.Pending) {
+				p.FailedBackends, p.PreferCluster = []string{"a1"}, "a"
+			}).Mailbox
+			if out.Kind != dispatch.OutcomeGranted || out.BackendID != tc.want {
+				t.Errorf("sibling running %d of 2: %+v, want %s", tc.running, out, tc.want)
+			}
+		}
+	})
+}
+
 // Round-robin state is per routing target (model and routing key), and an override to the
 // configured algorithm shares its instance.
 func TestRoundRobinStatePerTarget(t *testing.T) {
