@@ -99,7 +99,7 @@ type Config struct {
 	// gateway that takes load updates (30 s); 0 sends full registrations only.
 	FullRegistrationInterval time.Duration
 
-	Admission                 admission.Config // Enabled true, 25 ms, 1.25 by default
+	Admission                 admission.Config // Enabled true, 25 ms, 1.25, RequireFreeSlot by default
 	QueueMismatchRetryAfterMs uint64           // optional retry hint on 429 (0 = none)
 
 	UpstreamBackend            string // passthrough (default) | dynamo
@@ -173,7 +173,7 @@ func DefaultConfig() Config {
 		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce, FullRegistrationInterval: DefaultFullRegistration,
 		GatewayDNSInterval: DefaultGatewayDNSInterval,
 		CanaryInterval:     DefaultCanaryInterval, CanaryTimeout: DefaultCanaryTimeout, CanaryThreshold: DefaultCanaryThreshold,
-		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance},
+		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance, RequireFreeSlot: true},
 		UpstreamBackend: BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
 		RetryableStatusCodes: []int{429, 503}, RequireUpstreamRetryHeader: true, UpstreamRetryHeader: DefaultUpstreamRetryHeader,
 		PropagateRetryAfter: true, MetricsPrefix: DefaultMetricsPrefix, DiscoveryPollInterval: DefaultDiscoveryPollInterval,

@@ -38,6 +38,7 @@ const (
 	mAdmissionDecisions  = "queue_admission_decisions_total"
 	mAdmissionExpected   = "queue_admission_expected_seconds"
 	mAdmissionActual     = "queue_admission_actual_seconds"
+	mAdmissionNoSlot     = "queue_admission_no_free_slot_total"
 	mModelOutputTPS      = "model_output_tokens_per_second"
 	mModelInputTPS       = "model_last_mean_input_tokens_per_second"
 	mModelMaxOutputTPS   = "model_max_output_tokens_per_second"
@@ -179,6 +180,7 @@ type modelMetrics struct {
 	m         *pylonMetrics
 	label     string
 	decisions []*metrics.Counter
+	noSlot    *metrics.Counter
 	expected  *metrics.PrometheusHistogram
 	actual    *metrics.PrometheusHistogram
 	// expectedMs and actualMs are the reference names' histograms (nil unless exported).
@@ -206,6 +208,7 @@ func newModelMetrics(m *pylonMetrics, model string, snap func() *genSnapshot) *m
 		mm.decisions[r] = m.counter(mAdmissionDecisions + `{inference_server_id="` + m.id + `",model_id="` + l + `",result="` + r.String() + `"}`)
 	}
 	il := `{inference_server_id="` + m.id + `",model_id="` + l + `"}`
+	mm.noSlot = m.counter(mAdmissionNoSlot + il)
 	s, p := m.set, m.prefix
 	mm.expected = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionExpected+il, admissionBuckets)
 	mm.actual = s.GetOrCreatePrometheusHistogramExt(p+mAdmissionActual+il, admissionBuckets)
@@ -281,6 +284,9 @@ func (mm *modelMetrics) status(code int) *metrics.Counter {
 
 func (mm *modelMetrics) decision(d admission.Decision) {
 	mm.decisions[d.Result].Inc()
+	if d.NoFreeSlot {
+		mm.noSlot.Inc()
+	}
 	if d.Result == admission.Accepted || d.Result == admission.Rejected {
 		mm.expected.Update(float64(d.ExpectedMs) / 1000)
 		mm.actual.Update(float64(d.ActualMs) / 1000)

@@ -40,3 +40,24 @@ func TestMetricsReferenceNames(t *testing.T) {
 		}
 	}
 }
+
+// A rejection by the free-slot rule alone counts as rejected and in its own counter; a
+// rejection on the estimate does not.
+func TestMetricsNoFreeSlot(t *testing.T) {
+	m := newPylonMetrics("pylon_", "p1", "v1", false)
+	mm := newModelMetrics(m, "m", func() *genSnapshot { return nil })
+	mm.decision(admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 8, Concurrency: 8})
+	mm.decision(admission.Decision{Result: admission.Rejected, ActualMs: 100, ThresholdMs: 25})
+	var b bytes.Buffer
+	m.page().Write(&b, m.set.WritePrometheus)
+	out := b.String()
+	for _, want := range []string{
+		`pylon_queue_admission_decisions_total{inference_server_id="p1",model_id="m",result="rejected"} 2`,
+		`pylon_queue_admission_no_free_slot_total{inference_server_id="p1",model_id="m"} 1`,
+		"# HELP pylon_queue_admission_no_free_slot_total ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in\n%s", want, out)
+		}
+	}
+}

@@ -55,8 +55,13 @@ func generationFailed(model string) *problem {
 }
 
 func queueMismatch(d admission.Decision, retryAfterMs uint64) *problem {
-	p := newProblem(fasthttp.StatusTooManyRequests, "local queue estimate "+strconv.FormatUint(d.ActualMs, 10)+
-		" ms exceeds the threshold "+strconv.FormatUint(d.ThresholdMs, 10)+" ms for the expected "+strconv.FormatUint(d.ExpectedMs, 10)+" ms")
+	detail := "local queue estimate " + strconv.FormatUint(d.ActualMs, 10) +
+		" ms exceeds the threshold " + strconv.FormatUint(d.ThresholdMs, 10) + " ms for the expected " + strconv.FormatUint(d.ExpectedMs, 10) + " ms"
+	if d.NoFreeSlot {
+		detail = "no free engine slot (" + strconv.FormatUint(d.Running, 10) + " of " + strconv.FormatUint(d.Concurrency, 10) +
+			" running) for a request expected to queue 0 ms"
+	}
+	p := newProblem(fasthttp.StatusTooManyRequests, detail)
 	p.Reason, p.retryable, p.retryAfterMs = wire.RetryQueueEstimateMismatch, true, retryAfterMs
 	p.ExpectedMs, p.ActualMs, p.ThresholdMs = &d.ExpectedMs, &d.ActualMs, &d.ThresholdMs
 	return p

@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 	"github.com/switchyard/switchyard/internal/wire"
+	"github.com/switchyard/switchyard/pylon/admission"
 )
 
 // The one place where the pylon's failures become HTTP answers.
@@ -179,5 +180,25 @@ func TestConfigRejectsNegativeTimeouts(t *testing.T) {
 	err := cfg.Validate()
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "first-output-timeout must be ≥ 0") || !strings.Contains(err.Error(), "stream-idle-timeout must be ≥ 0") {
 		t.Errorf("negative timeouts: %v", err)
+	}
+}
+
+// A queue-mismatch 429 says why: the estimate over its threshold, or the engine without a
+// free slot for a request the gateway expected to queue 0 ms.
+func TestQueueMismatchDetail(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d    admission.Decision
+		want string
+	}{
+		{admission.Decision{Result: admission.Rejected, ExpectedMs: 10, ActualMs: 100, ThresholdMs: 35},
+			"local queue estimate 100 ms exceeds the threshold 35 ms for the expected 10 ms"},
+		{admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 24, Concurrency: 24},
+			"no free engine slot (24 of 24 running) for a request expected to queue 0 ms"},
+	} {
+		p := queueMismatch(tc.d, 5)
+		if p.Detail != tc.want || p.Status != 429 || p.Reason != wire.RetryQueueEstimateMismatch || !p.retryable {
+			t.Errorf("%+v: %+v, want detail %q", tc.d, p, tc.want)
+		}
 	}
 }

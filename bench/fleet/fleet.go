@@ -169,6 +169,9 @@ func admissionArgs(q *scenario.QueueAdmission) []string {
 	if q.ToleranceFactor != nil {
 		out = append(out, "--queue-admission-tolerance="+ms(*q.ToleranceFactor))
 	}
+	if q.RequireFreeSlot != nil {
+		out = append(out, "--queue-admission-require-free-slot="+strconv.FormatBool(*q.RequireFreeSlot))
+	}
 	if q.RetryAfterMs != nil && *q.RetryAfterMs >= 0 {
 		out = append(out, "--queue-mismatch-retry-after="+strconv.FormatUint(uint64(math.Round(*q.RetryAfterMs)), 10)+"ms")
 	}

@@ -152,6 +152,14 @@ func TestPlan(t *testing.T) {
 	if pa := fleet.NewPlan(s, &noWait, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args; !slices.Contains(pa, "--prompt-wait=0s") {
 		t.Errorf("pylon_prompt_wait false: pylon args %q lack --prompt-wait=0s", pa)
 	}
+	if strings.Contains(py, "require-free-slot") {
+		t.Errorf("pylon args %q: want the pylon's default free-slot rule", py)
+	}
+	lenient := s.Algorithms[0]
+	lenient.PylonQueueAdmission = &scenario.QueueAdmission{RequireFreeSlot: &off}
+	if pa := fleet.NewPlan(s, &lenient, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args; !slices.Contains(pa, "--queue-admission-require-free-slot=false") {
+		t.Errorf("require_free_slot false: pylon args %q lack --queue-admission-require-free-slot=false", pa)
+	}
 
 	// Grouped clusters share one engine with scaled capacity.
 	data, _ = scenarios.Read("lb-balance-smoke-2c2p-1s")

@@ -236,7 +236,8 @@ const (
 func (a *Algorithm) Plain() bool { return a.Clients == ClientsPlain }
 
 // QueueAdmission maps to the pylon's queue-admission flags (--[no-]queue-admission,
-// --queue-admission-min-delta-ms, --queue-admission-tolerance).
+// --queue-admission-min-delta-ms, --queue-admission-tolerance,
+// --[no-]queue-admission-require-free-slot).
 type QueueAdmission struct {
 	Enabled         *bool    `yaml:"enabled"`
 	MinDeltaMs      *float64 `yaml:"min_delta_ms"`
@@ -244,6 +245,10 @@ type QueueAdmission struct {
 	// RetryAfterMs is the retry hint of the pylon's admission 429s
 	// (--queue-mismatch-retry-after).
 	RetryAfterMs *float64 `yaml:"retry_after_ms"`
+	// RequireFreeSlot is --[no-]queue-admission-require-free-slot (our extension):
+	// false admits a request expected to queue 0 ms at an engine without a free slot,
+	// as the reference pylon does.
+	RequireFreeSlot *bool `yaml:"require_free_slot"`
 }
 
 // GatewayCount returns stargates.count (default 1).

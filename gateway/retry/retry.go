@@ -23,14 +23,18 @@
 //     failure: a connect retry, reservation released, a sibling of the same cluster
 //     first, the backend counted as failed by passive health; counted as
 //     engine_unreachable.
-//   - queue_estimate_mismatch (the pylon's queue is longer than the gateway estimated): a
-//     request retry, reservation released, a sibling of the same cluster first.
+//   - queue_estimate_mismatch (the pylon's queue is longer than the gateway estimated, or
+//     it has no free slot for a request expected to queue 0 ms): a request retry,
+//     reservation released, a sibling of the same cluster first.
 //   - any other reason: a request retry with the whole cluster excluded (its reservation
 //     stays until the pylon's load report covers it); counted under the reason.
 //     Given up, the pylon's response is passed through to the client as it is.
 //   - Any other response is the answer, passed through.
 //   - The scheduler rejects the request: its rejection is the answer; when an attempt had
 //     failed before, the request counts as given up (no_eligible_backend).
+//
+// "A sibling first" is the scheduler's: it takes a sibling of the cluster before running
+// the balancer, unless it knows that sibling to be full (then the cluster is left out).
 //
 // A retry is given up, checked in this order, when the retry budget has run out (the
 // x-stargate-max-wait-ms header, from arrival: retry_budget_exhausted), or when its kind's

@@ -24,6 +24,12 @@ type Config struct {
 	MinDeltaMs uint64
 	// Tolerance is the multiplicative tolerance; non-finite or ≤ 0 means 1.0.
 	Tolerance float64
+	// RequireFreeSlot rejects a request the gateway expected no queue for (0 ms) when the
+	// engine has no free slot: it would wait for one of the running requests to end, a
+	// wait no queue estimate prices (they price prompt work), so no tolerance catches it.
+	// Several gateways (or pylons in front of one engine) that each saw the last slot
+	// free send such requests; refused, they are retried elsewhere at once.
+	RequireFreeSlot bool
 }
 
 // Result classifies one admission decision (the metric label).
@@ -64,6 +70,11 @@ type Decision struct {
 	ExpectedMs  uint64
 	ActualMs    uint64
 	ThresholdMs uint64
+	// NoFreeSlot marks a rejection by Config.RequireFreeSlot alone (the estimate was
+	// within the threshold); Running and Concurrency are then the engine's running
+	// requests and its concurrency limit.
+	NoFreeSlot           bool
+	Running, Concurrency uint64
 }
 
 // Admit reports whether the request may proceed.
@@ -90,14 +101,19 @@ func (c Config) Threshold(expectedMs uint64) uint64 {
 }
 
 // Decide checks a request of the given priority against others, the load of every live
-// request of the model EXCLUDING the incoming one. expectedMs is the gateway's
-// x-stargate-expected-queue-ms; hasExpected is false when the header was missing or bad.
+// request of the model EXCLUDING the incoming one, as the gateway could have known it.
+// engineRunning is the number of requests running at the engine besides this one, all of
+// them (others may leave out some the gateway could not count: its own later dispatches).
+// expectedMs is the gateway's x-stargate-expected-queue-ms; hasExpected is false when the
+// header was missing or bad.
 //
 // The local estimate is 0 when the free-slot rule holds (a known engine limit above the
 // live requests other than this one); otherwise it is others' queue estimate for the
 // priority (prompt work at or below it over the input throughput), which is unknown when
-// there is work and no valid throughput.
-func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, priority uint32) Decision {
+// there is work and no valid throughput. With c.RequireFreeSlot, an expectation of 0 ms
+// is rejected when engineRunning reaches the engine's known concurrency limit, whatever
+// the estimate (known or not).
+func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, engineRunning uint64, priority uint32) Decision {
 	if !c.Enabled {
 		return Decision{Result: Disabled}
 	}
@@ -105,16 +121,20 @@ func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, pr
 		return Decision{Result: MissingEstimate}
 	}
 	d := Decision{ExpectedMs: expectedMs, ThresholdMs: c.Threshold(expectedMs)}
+	noSlot := c.RequireFreeSlot && expectedMs == 0 && others.MaxEngineConcurrency > 0 && engineRunning >= others.MaxEngineConcurrency
 	if !others.HasFreeSlot() {
 		q, ok := others.QueueEstimate(priority)
-		if !ok {
+		if !ok && !noSlot {
 			return Decision{Result: UnknownLocalEstimate, ExpectedMs: expectedMs}
 		}
 		d.ActualMs = ceilMs(q)
 	}
-	if d.ActualMs > d.ThresholdMs {
+	switch {
+	case d.ActualMs > d.ThresholdMs:
 		d.Result = Rejected
-	} else {
+	case noSlot:
+		d.Result, d.NoFreeSlot, d.Running, d.Concurrency = Rejected, true, engineRunning, others.MaxEngineConcurrency
+	default:
 		d.Result = Accepted
 	}
 	return d

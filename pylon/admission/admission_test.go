@@ -77,13 +77,69 @@ func TestDecide(t *testing.T) {
 			admission.Decision{Result: admission.Rejected, ActualMs: 5000, ThresholdMs: 25},
 		},
 	} {
-		got := admission.Decide(tt.c, tt.expected, tt.has, tt.l, tt.priority)
+		got := admission.Decide(tt.c, tt.expected, tt.has, tt.l, tt.l.RunningRequests, tt.priority)
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
 		if got.Admit() != (tt.want.Result != admission.Rejected) {
 			t.Errorf("%s: Admit() = %v", name, got.Admit())
 		}
+	}
+}
+
+// RequireFreeSlot: an expectation of no queue is refused when the engine runs its known
+// concurrency limit, counting every live request (engineRunning), even those the
+// gateway's view leaves out; a queue the gateway priced in, an unknown limit or a free
+// slot are judged by the estimate as before.
+func TestDecideRequireFreeSlot(t *testing.T) {
+	t.Parallel()
+	strict := on
+	strict.RequireFreeSlot = true
+	full := func(running uint64) *load.Load {
+		return &load.Load{InputTPS: 1000, RunningRequests: running, MaxEngineConcurrency: 8}
+	}
+	for name, tt := range map[string]struct {
+		c        admission.Config
+		expected uint64
+		l        *load.Load
+		running  uint64
+		want     admission.Decision
+	}{
+		"no free slot, no queue expected": {
+			strict, 0, full(8), 8,
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 8, Concurrency: 8},
+		},
+		"the last slot taken by a request the gateway could not count": {
+			strict, 0, full(7), 8,
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 8, Concurrency: 8},
+		},
+		"queued work is reported": {
+			strict, 0, &load.Load{InputTPS: 1000, QueuedInputTokens: 10, RunningRequests: 9, MaxEngineConcurrency: 8}, 9,
+			admission.Decision{Result: admission.Rejected, ActualMs: 10, ThresholdMs: 25, NoFreeSlot: true, Running: 9, Concurrency: 8},
+		},
+		"the estimate alone rejects": {
+			strict, 0, &load.Load{InputTPS: 1000, QueuedInputTokens: 100, RunningRequests: 8, MaxEngineConcurrency: 8}, 8,
+			admission.Decision{Result: admission.Rejected, ActualMs: 100, ThresholdMs: 25},
+		},
+		"unknown estimate": {
+			strict, 0, &load.Load{QueuedInputTokens: 100, RunningRequests: 8, MaxEngineConcurrency: 8}, 8,
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 8, Concurrency: 8},
+		},
+		"a queue priced in": {strict, 10, full(8), 8, admission.Decision{Result: admission.Accepted, ExpectedMs: 10, ThresholdMs: 35}},
+		"a free slot":       {strict, 0, full(7), 7, admission.Decision{Result: admission.Accepted, ThresholdMs: 25}},
+		"unknown limit": {
+			strict, 0, &load.Load{InputTPS: 1000, RunningRequests: 100}, 100,
+			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
+		},
+		"not required": {on, 0, full(8), 8, admission.Decision{Result: admission.Accepted, ThresholdMs: 25}},
+	} {
+		got := admission.Decide(tt.c, tt.expected, true, tt.l, tt.running, 0)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	if d := admission.Decide(strict, 0, false, full(8), 8, 0); d.Result != admission.MissingEstimate {
+		t.Errorf("no expectation: %+v, want missing_estimate (nothing to hold the gateway to)", d)
 	}
 }
 
@@ -99,20 +155,33 @@ func TestResultNames(t *testing.T) {
 	}
 }
 
-// Property: a rejection always means the local estimate exceeds the threshold, and the
+// Property: a rejection means the local estimate exceeds the threshold or, with
+// RequireFreeSlot, that no queue was expected of an engine without a free slot; the
 // threshold is never below the expected delay plus the minimum delta.
 func TestDecideProperty(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
+		c := on
+		c.RequireFreeSlot = rapid.Bool().Draw(t, "require_free_slot")
 		expected := rapid.Uint64Range(0, 1e7).Draw(t, "expected")
+		if rapid.Bool().Draw(t, "expect_no_queue") {
+			expected = 0
+		}
 		queued := rapid.Uint64Range(0, 1e7).Draw(t, "queued")
 		tps := rapid.Float64Range(1, 1e5).Draw(t, "tps")
-		l := &load.Load{InputTPS: tps, QueuedInputTokens: queued}
-		d := admission.Decide(on, expected, true, l, 0)
+		limit := rapid.Uint64Range(0, 16).Draw(t, "limit")
+		running := rapid.Uint64Range(0, 20).Draw(t, "running")
+		engine := running + rapid.Uint64Range(0, 3).Draw(t, "not_counted")
+		l := &load.Load{InputTPS: tps, QueuedInputTokens: queued, RunningRequests: running, MaxEngineConcurrency: limit}
+		d := admission.Decide(c, expected, true, l, engine, 0)
 		if d.ThresholdMs < expected+25 {
 			t.Fatalf("threshold %d below expected %d + 25", d.ThresholdMs, expected)
 		}
-		if (d.Result == admission.Rejected) != (d.ActualMs > d.ThresholdMs) {
+		noSlot := c.RequireFreeSlot && expected == 0 && limit > 0 && engine >= limit
+		if d.NoFreeSlot != (noSlot && d.ActualMs <= d.ThresholdMs) {
+			t.Fatalf("NoFreeSlot %v, want %v: %+v", d.NoFreeSlot, noSlot, d)
+		}
+		if (d.Result == admission.Rejected) != (noSlot || d.ActualMs > d.ThresholdMs) {
 			t.Fatalf("inconsistent decision %+v", d)
 		}
 	})

@@ -215,8 +215,9 @@ func (a *Aggregate) Admit(id string, priority uint32, inputTokens, expectedMs ui
 func (a *Aggregate) AdmitDispatch(id string, priority uint32, inputTokens, expectedMs uint64, hasExpected bool, from Dispatch, c admission.Config, now time.Time) admission.Decision {
 	a.LoadInto(&a.others, now, a.othersPQ[:0])
 	a.othersPQ = a.others.QueueEstimates[:0:cap(a.others.QueueEstimates)]
+	running := a.others.RunningRequests
 	a.withoutLaterDispatches(&a.others, from)
-	d := admission.Decide(c, expectedMs, hasExpected, &a.others, priority)
+	d := admission.Decide(c, expectedMs, hasExpected, &a.others, running, priority)
 	if !d.Admit() {
 		return d
 	}

@@ -95,6 +95,16 @@ func TestAdmitFreeSlotWithoutLaterDispatches(t *testing.T) {
 	if d := a.AdmitDispatch("r1", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 1}, on, t0); d.Result != admission.Accepted || d.ActualMs != 0 {
 		t.Errorf("%+v, want accepted with a free slot", d)
 	}
+	// Requiring a free slot, the pylon refuses it: its later dispatches took both slots
+	// and it would wait at the engine for one of them to end.
+	b := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 2, InitialInputTPS: 1000, PinInputTPS: true})
+	strict := on
+	strict.RequireFreeSlot = true
+	b.AdmitDispatch("r3", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 3}, strict, t0)
+	b.AdmitDispatch("r2", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 2}, strict, t0)
+	if d := b.AdmitDispatch("r1", 0, 100, 0, true, stats.Dispatch{From: g, Seq: 1}, strict, t0); d.Result != admission.Rejected || !d.NoFreeSlot || d.Running != 2 || d.Concurrency != 2 {
+		t.Errorf("%+v, want rejected: no free slot (2 of 2 running)", d)
+	}
 }
 
 // A gateway that restarts with the same id counts its dispatches from 1 again: they are
