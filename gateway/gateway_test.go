@@ -141,6 +141,31 @@ func TestRetryOnPylonSignal(t *testing.T) {
 	})
 }
 
+// The last request retry after a queue refusal goes without an expected queue, so a pylon
+// that refuses every request it is told to expect no queue for lets it in: the client gets
+// an answer, not the refusal.
+func TestLastQueueRetryUnchecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{MaxRequestRetries: 1}, `{"default":"round-robin"}`)
+		strict := func(_ int, ctx *fasthttp.RequestCtx) {
+			if len(ctx.Request.Header.Peek(wire.HeaderExpectedQueueMs)) == 0 {
+				ctx.SetBodyString(`{"choices":[]}`)
+				return
+			}
+			ctx.SetStatusCode(429)
+			ctx.Response.Header.Set(wire.HeaderRetryable, "true")
+			ctx.Response.Header.Set(wire.HeaderRetryReason, wire.RetryQueueEstimateMismatch)
+			ctx.SetBodyString(`{"title":"Too Many Requests"}`)
+		}
+		for _, id := range []string{"x", "y"} {
+			h.register(h.pylon(id, id, idleLoad(), strict))
+		}
+		if r := h.chat(nil); r.status != 200 {
+			t.Errorf("after one queue refusal, the last retry: %d %s, want 200", r.status, r.body)
+		}
+	})
+}
+
 // Exhausted retries pass the last upstream response through (metadata stripped).
 func TestRetriesExhausted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

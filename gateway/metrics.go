@@ -21,6 +21,7 @@ const (
 	mAttempts         = "proxy_attempts_total"
 	mRetries          = "proxy_retries_total"
 	mRetryExhausted   = "proxy_retry_exhausted_total"
+	mUncheckedRetries = "proxy_unchecked_retries_total"
 	mSelections       = "routing_selections_total"
 	mKVFallback       = "routing_kv_free_token_fallback_selections_total"
 	mSessions         = "routing_session_selections_total"

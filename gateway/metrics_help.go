@@ -21,6 +21,7 @@ var metricsHelp = map[string]string{
 	mRequests:          "Finished requests by the backend that answered (empty when none was selected) and HTTP status; a stream counts once ended (499: client went away, 502: broken).",
 	mAttempts:          "Upstream attempts by backend and result (upstream_<status> or proxy_502).",
 	mRetries:           "Retries of a request on another attempt, by reason.",
+	mUncheckedRetries:  "Last retries after a pylon refused the request for its queue, sent without an expected queue so that no pylon refuses them again.",
 	mRetryExhausted:    "Requests that failed with no retry left, by reason.",
 	mSelections:        "Routing grants by algorithm; selection is primary (first-ranked backend) or fallback.",
 	mKVFallback:        "Grants reached after a higher-ranked backend failed the KV free-token check.",

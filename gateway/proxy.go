@@ -124,6 +124,8 @@ type attemptState struct {
 	retry retry.State
 	// trace is the request's OpenTelemetry trace (tracing.go); nil = tracing off.
 	trace *reqTrace
+	// unchecked sends the next attempt without an expected queue (retry.Decision.Unchecked).
+	unchecked bool
 }
 
 // handleInference routes and proxies one OpenAI request.
@@ -344,7 +346,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	h := &ctx.Request.Header
 	var num [64]byte
-	if out.HasExpected {
+	if out.HasExpected && !st.unchecked {
 		h.SetCanonical(hdrExpectedQueueMs, strconv.AppendUint(num[:0], out.ExpectedQueueMs, 10))
 	} else if p.Failures > 0 {
 		h.DelBytes(hdrExpectedQueueMs) // set by an earlier attempt (stripRequest removed the caller's)
@@ -425,6 +427,9 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		g.follow(pid, p, out, &d)
 		if d.Retry {
 			g.metrics.inc(mRetries, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
+			if st.unchecked = d.Unchecked; d.Unchecked {
+				g.metrics.inc(mUncheckedRetries, "routing_key", t.RoutingKey, "model", t.Model)
+			}
 			_ = ctx.Response.CloseBodyStream()
 			ctx.Response.Reset()
 			return true, nil

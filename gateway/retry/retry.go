@@ -25,7 +25,9 @@
 //     engine_unreachable.
 //   - queue_estimate_mismatch (the pylon's queue is longer than the gateway estimated, or
 //     it has no free slot for a request expected to queue 0 ms): a request retry,
-//     reservation released, a sibling of the same cluster first.
+//     reservation released, a sibling of the same cluster first. The last request retry
+//     it allows goes without an expected queue (Decision.Unchecked), so no pylon refuses
+//     it for its queue: a request is not failed over an estimate.
 //   - any other reason: a request retry with the whole cluster excluded (its reservation
 //     stays until the pylon's load report covers it); counted under the reason.
 //     Given up, the pylon's response is passed through to the client as it is.
@@ -145,6 +147,11 @@ type Decision struct {
 	// why the request was given up (proxy_retry_exhausted_total).
 	Reason    string
 	Exhausted bool
+	// Unchecked sends the next attempt without an expected queue, so the pylon's queue
+	// admission lets it in: it is the request's last request retry, after a refusal for
+	// its queue (queue_estimate_mismatch). Routed to the best candidate once more, it may
+	// wait at the engine rather than fail over an estimate.
+	Unchecked bool
 }
 
 // Retry reasons of the gateway's own (the pylon's come from control).
@@ -195,6 +202,7 @@ func (p Policy) Decide(s State, o Outcome) Decision {
 		if d.Retry {
 			d.Failed = true
 			d.PreferCluster, d.ExcludeCluster = d.Release, !d.Release
+			d.Unchecked = reason == wire.RetryQueueEstimateMismatch && d.Next.RequestRetries >= p.MaxRequestRetries
 		} else {
 			d.Answer = AnswerResponse
 		}

@@ -1,6 +1,7 @@
 package retry_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -101,11 +102,11 @@ func TestDecide(t *testing.T) {
 			want: retry.Decision{Answer: retry.AnswerResponse, Next: fresh},
 		},
 		{
-			name: "429 queue_estimate_mismatch: released, a sibling of the cluster first", policy: policy, state: fresh,
+			name: "429 queue_estimate_mismatch: released, a sibling of the cluster first, the last retry unchecked", policy: policy, state: fresh,
 			out: response(429, "true", wire.RetryQueueEstimateMismatch),
 			want: retry.Decision{
 				Retry: true, Next: next(fresh, 0, 1, 1), Release: true, Failed: true, PreferCluster: true, Retryable: true,
-				Reason: wire.RetryQueueEstimateMismatch,
+				Reason: wire.RetryQueueEstimateMismatch, Unchecked: true,
 			},
 		},
 		{
@@ -182,6 +183,28 @@ func TestDecide(t *testing.T) {
 				t.Errorf("Decide(%+v, %+v)\n got %+v\nwant %+v", tc.state, tc.out, got, tc.want)
 			}
 		})
+	}
+}
+
+// Only the last request retry after a queue refusal goes unchecked (no expected queue,
+// so no pylon refuses it for its queue); other reasons' retries never do.
+func TestLastQueueRetryUnchecked(t *testing.T) {
+	p := retry.Policy{MaxConnectRetries: 2, MaxRequestRetries: 3}
+	for _, reason := range []string{wire.RetryQueueEstimateMismatch, wire.RetryUpstreamAdmission} {
+		var s retry.State
+		var unchecked []bool
+		for range 5 {
+			d := p.Decide(s, retry.Outcome{Kind: retry.Response, Status: 429, Retryable: []byte("true"), RetryReason: []byte(reason)})
+			if !d.Retry {
+				break
+			}
+			unchecked = append(unchecked, d.Unchecked)
+			s = d.Next
+		}
+		want := []bool{false, false, reason == wire.RetryQueueEstimateMismatch}
+		if !slices.Equal(unchecked, want) {
+			t.Errorf("%s: unchecked %v, want %v", reason, unchecked, want)
+		}
 	}
 }
 
