@@ -156,6 +156,9 @@ type Config struct {
 	OutlierBaseEjection        time.Duration
 	OutlierMaxEjection         time.Duration
 	OutlierMaxEjectionPercent  int
+	// ClusterBackends is how a request picks the backend of its chosen cluster:
+	// dispatch.ClusterBackendsSpread ("" too) or dispatch.ClusterBackendsLead.
+	ClusterBackends string
 	// ServerLimits are both listeners' connection limits: header, body and idle timeouts,
 	// the connection cap and the memory large request bodies may hold (zero fields: the
 	// defaults of package httpserver).
@@ -267,6 +270,9 @@ func (c *Config) Validate() error {
 	if c.OutlierBaseEjection < 0 || c.OutlierMaxEjection < 0 || (c.OutlierMaxEjection > 0 && c.OutlierBaseEjection > c.OutlierMaxEjection) {
 		errs = append(errs, fmt.Errorf("outlier-base-ejection %v and outlier-max-ejection %v must be >= 0, the base at most the max",
 			c.OutlierBaseEjection, c.OutlierMaxEjection))
+	}
+	if b := c.ClusterBackends; b != "" && b != dispatch.ClusterBackendsSpread && b != dispatch.ClusterBackendsLead {
+		errs = append(errs, fmt.Errorf("cluster-backends %q must be %s or %s", b, dispatch.ClusterBackendsSpread, dispatch.ClusterBackendsLead))
 	}
 	if c.OutlierMaxEjectionPercent < 0 || c.OutlierMaxEjectionPercent > 100 {
 		errs = append(errs, fmt.Errorf("outlier-max-ejection-percent %d must be within 0–100", c.OutlierMaxEjectionPercent))
@@ -391,7 +397,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.ack, _ = json.Marshal(wire.RegistrationAck{GatewayID: cfg.GatewayID, HeartbeatMs: uint64(max(cfg.Heartbeat.Milliseconds(), 0)), LoadUpdates: true})
 	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{
 		Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace,
-		MaxEjectionPercent: cfg.OutlierMaxEjectionPercent,
+		MaxEjectionPercent: cfg.OutlierMaxEjectionPercent, ClusterBackends: cfg.ClusterBackends,
 	})
 	outlier, onEjected := g.setUpHealth()
 	g.fleet = fleet.New(fleet.Deps{

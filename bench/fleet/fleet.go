@@ -110,6 +110,9 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 				"--lb-config-path=" + lbConfigPath,
 			},
 		})
+		if a.ClusterBackends != "" {
+			p.Gateways[i].Args = append(p.Gateways[i].Args, "--cluster-backends="+a.ClusterBackends)
+		}
 		gatewayArgs = append(gatewayArgs, "--gateway="+url(admin)) // pylons register on the admin listener
 	}
 	for bi := range top.Backends {

@@ -155,6 +155,14 @@ func TestPlan(t *testing.T) {
 	if strings.Contains(py, "require-free-slot") {
 		t.Errorf("pylon args %q: want the pylon's default free-slot rule", py)
 	}
+	lead := s.Algorithms[0]
+	lead.ClusterBackends = "lead"
+	if ga := fleet.NewPlan(s, &lead, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Gateways[1].Args; !slices.Contains(ga, "--cluster-backends=lead") {
+		t.Errorf("cluster_backends lead: gateway args %q lack --cluster-backends=lead", ga)
+	}
+	if slices.ContainsFunc(p.Gateways[0].Args, func(a string) bool { return strings.HasPrefix(a, "--cluster-backends") }) {
+		t.Errorf("gateway args %q: want the gateway's default --cluster-backends", p.Gateways[0].Args)
+	}
 	lenient := s.Algorithms[0]
 	lenient.PylonQueueAdmission = &scenario.QueueAdmission{RequireFreeSlot: &off}
 	if pa := fleet.NewPlan(s, &lenient, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args; !slices.Contains(pa, "--queue-admission-require-free-slot=false") {

@@ -218,6 +218,10 @@ type Algorithm struct {
 	// prefilled there is relayed at once, as the reference pylon does, instead of waiting
 	// for the prompt to be cached. Absent: the pylon's default (wait).
 	PylonPromptWait *bool `yaml:"pylon_prompt_wait"`
+	// ClusterBackends starts the gateways with --cluster-backends (our extension): "" or
+	// "spread" (the default), or "lead" (every request of a cluster through one of its
+	// pylons, the same on every replica).
+	ClusterBackends string `yaml:"cluster_backends"`
 	// Clients is how the driver's clients talk to the gateway for this algorithm (our
 	// extension): "" or ClientsRoutingHeaders sends the routing headers (x-input-tokens,
 	// x-cache-affinity-key, …) with a prompt of "x"s; ClientsPlain sends none of them, as a

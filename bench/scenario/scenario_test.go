@@ -154,6 +154,7 @@ func TestValidationMessages(t *testing.T) {
 		{"no algorithms", "algorithms:\n  - name: rr\n    config: {default: round-robin}\n", "algorithms: []\n", "algorithms: must list at least one algorithm"},
 		{"grouping", "  count: 2\n", "  count: 3\n  pylons_per_cluster: 2\n", "backends.cluster_id_template"},
 		{"client spread", "backends:\n", "stargates: {count: 2, client_spread: by-key}\nbackends:\n", `stargates.client_spread: is "by-key", want round-robin or affinity-key`},
+		{"cluster backends", "{default: round-robin}", "{default: round-robin}\n    cluster_backends: first", `algorithms[0].cluster_backends: is "first", want "spread" or "lead"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

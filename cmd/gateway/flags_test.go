@@ -169,3 +169,22 @@ func TestRawSocketIOFlag(t *testing.T) {
 		return c.config().NoRawSocketIO, nil
 	})
 }
+
+// --cluster-backends: spread by default, lead when asked, anything else refused.
+func TestClusterBackendsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, "spread"}, {[]string{"--cluster-backends=lead"}, "lead"}} {
+		c, err := parse(t, tc.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := c.config().ClusterBackends; got != tc.want {
+			t.Errorf("%v: ClusterBackends %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	if _, err := parse(t, "--cluster-backends=random"); err == nil {
+		t.Error("--cluster-backends=random accepted")
+	}
+}

@@ -68,6 +68,7 @@ type cli struct {
 	OutlierBaseEjection          time.Duration `name:"outlier-base-ejection" help:"First ejection's length; it doubles with each ejection in a row (a successful request resets it)." default:"1s"`
 	OutlierMaxEjection           time.Duration `name:"outlier-max-ejection" help:"Longest ejection." default:"30s"`
 	OutlierMaxEjectionPercent    int           `name:"outlier-max-ejection-percent" help:"Most backends of one routing target ejected at once, in percent (always at least one; 100: all may be)." default:"50"`
+	ClusterBackends              string        `name:"cluster-backends" enum:"spread,lead" default:"spread" help:"How a request picks the backend (pylon) of its chosen cluster: spread (a keyed request to the one its key ranks first, a sibling with a free slot when that one is full; others round-robin) or lead (every request through the backend the cluster id ranks first, the same on every gateway replica, the others on failure: its pylon then sees every request on its way to the shared engine, so replicas cannot overfill it; see docs/replicas.md for what it costs)."`
 	AccessLogSample              float64       `name:"access-log-sample" help:"Share of requests written to the access log (0–1, chosen at random): one 'access' record each at info with the request id, model, routing key, algorithm, backend, cluster, attempts, status, error code, TTFT, duration and input tokens. 0: off (a record costs microseconds at the gateway's request rate)." default:"0"`
 	AccessLogErrors              bool          `name:"access-log-errors" help:"Also write every request answered with a status other than 2xx to the access log, whatever --access-log-sample says."`
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
@@ -157,7 +158,7 @@ func (c *cli) config() gateway.Config {
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed, EnablePprof: c.EnablePprof,
 		FirstByteTimeoutFactor: offIfZero(c.FirstByteTimeoutFactor), FirstByteTimeoutFloor: c.FirstByteTimeoutFloor,
 		OutlierConsecutiveFailures: retries(c.OutlierConsecutiveFailures), OutlierBaseEjection: c.OutlierBaseEjection,
-		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent,
+		OutlierMaxEjection: c.OutlierMaxEjection, OutlierMaxEjectionPercent: c.OutlierMaxEjectionPercent, ClusterBackends: c.ClusterBackends,
 		ServerLimits: c.Limits.Limits(), LegacyInputWorkErrorCode: c.LegacyInputWorkErrorCode,
 		AccessLogSample: c.AccessLogSample, AccessLogErrors: c.AccessLogErrors, NoRawSocketIO: !c.RawSocketIO,
 	}

@@ -56,7 +56,25 @@ type Deps struct {
 	// least one; 0 (or 100 and more) lets every backend be ejected. Over the cap, the
 	// backends ejected first stay out and the others stay candidates.
 	MaxEjectionPercent int
+	// ClusterBackends is how a request picks the backend of its chosen cluster:
+	// ClusterBackendsSpread ("" too) or ClusterBackendsLead (see pickBackend).
+	ClusterBackends string
 }
+
+// The choices of a backend within a cluster (Deps.ClusterBackends).
+const (
+	// ClusterBackendsLead sends every request of a cluster through one of its backends,
+	// the same on every gateway replica: the first by rendezvous hashing on the cluster
+	// id among those that have not failed for the request. A cluster's backends front
+	// one engine, so the lead's pylon sees every request on its way there and its
+	// admission holds the engine to its concurrency; the others take over when it fails
+	// or leaves.
+	ClusterBackendsLead = "lead"
+	// ClusterBackendsSpread spreads a cluster's requests over its backends: a keyed
+	// request to the one its session key ranks first (a sibling with a free slot when
+	// that one is full), others round-robin.
+	ClusterBackendsSpread = "spread"
+)
 
 type reservation struct {
 	seq      uint64
@@ -430,15 +448,16 @@ func (s *Scheduler) try(p *Pending) {
 			}
 		}
 		s.correct(snap, p.Entry.TTFTCorrection)
-		// Sibling first (after a queue mismatch or a failed backend), but not a sibling
-		// known to be full: the backends of a cluster front one engine, and pylons that
-		// see its stats stream each report its whole running count, so a full sibling is
-		// the same full engine. The cluster is then left out and the balancer compares
+		// Sibling first (after a queue mismatch or a failed backend), but not into a
+		// cluster known to be full: its backends front one engine, and pylons that see
+		// its stats stream each report its whole running count, so the latest report
+		// (the refusing pylon's own, applied before this retry) or a full sibling tells
+		// of the same full engine. The cluster is then left out and the balancer compares
 		// the others.
 		if p.PreferCluster != "" {
 			c := p.PreferCluster
 			p.PreferCluster = ""
-			if i := slices.IndexFunc(snap.Candidates, func(cand lb.Candidate) bool { return cand.ClusterID == c }); i >= 0 {
+			if i := slices.IndexFunc(snap.Candidates, func(cand lb.Candidate) bool { return cand.ClusterID == c }); i >= 0 && !engineFull(&snap.Candidates[i].Load) {
 				if id, ok := s.pickBackend(c, p); ok && !s.backendFull(id) {
 					s.grant(p, id, &snap.Candidates[i], lb.Selected(i, 1), elapsed)
 					return
@@ -533,15 +552,21 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// pickBackend chooses a backend of cluster, skipping backends that failed for p: for a
-// request with an affinity key the one its key picks (keyedBackend), else round-robin.
+// pickBackend chooses a backend of cluster, skipping backends that failed for p: the
+// cluster's lead (ClusterBackendsLead), or, spreading, for a request with an affinity key
+// the one its key picks (keyedBackend), else round-robin.
 func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 	info, ok := s.clusters[cluster]
 	if !ok {
 		return "", false
 	}
-	if p.SessionKey() != "" && len(info.backends) > 1 {
-		return s.keyedBackend(info.backends, p)
+	if len(info.backends) > 1 {
+		switch {
+		case s.deps.ClusterBackends == ClusterBackendsLead:
+			return lb.KeyedBackend(info.backends, cluster, p.backendFailed, never)
+		case p.SessionKey() != "":
+			return s.keyedBackend(info.backends, p)
+		}
 	}
 	n := uint64(len(info.backends))
 	for k := range n {
@@ -566,6 +591,12 @@ func (s *Scheduler) backendFull(id string) bool {
 	b := s.backends[id]
 	return b == nil || b.full()
 }
+
+// engineFull reports that a cluster's latest report (with this gateway's reservations)
+// runs its engine's known concurrency.
+func engineFull(l *load.Load) bool { return l.MaxEngineConcurrency > 0 && !l.HasFreeSlot() }
+
+func never(string) bool { return false }
 
 // full reports that the backend runs as many requests as its engine's known concurrency
 // limit, counting this gateway's reservations the backend has not reported yet.

@@ -292,6 +292,80 @@ func TestPreferClusterSkipsFullSibling(t *testing.T) {
 				t.Errorf("sibling running %d of 2: %+v, want %s", tc.running, out, tc.want)
 			}
 		}
+
+		// The refusing backend's report (the cluster's latest) shows the engine full while
+		// the sibling's older one still shows a free slot: the cluster is left out too.
+		f := newFixture(t)
+		seq := &atomic.Uint64{}
+		now := time.Now()
+		for _, v := range []struct {
+			id      string
+			running uint64
+			at      time.Time
+		}{{"a2", 1, now.Add(-time.Second)}, {"a1", 2, now}} {
+			f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+				ID: v.id, ClusterID: "a", Active: true, HasRTT: true, RTT: time.Millisecond, Seq: seq,
+				Load: load.Load{InputTPS: 1000, MaxEngineConcurrency: 2, RunningRequests: v.running}, UpdatedAt: v.at,
+			}})
+		}
+		f.backend("b", 100*time.Millisecond, load.Load{InputTPS: 1000}, 0)
+		out := <-f.route(waw(), 10, func(p *dispatch.Pending) {
+			p.FailedBackends, p.PreferCluster = []string{"a1"}, "a"
+		}).Mailbox
+		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "b" {
+			t.Errorf("cluster's latest report full: %+v, want b", out)
+		}
+	})
+}
+
+// With ClusterBackendsLead every request of a cluster goes to the same backend, the one
+// the cluster id ranks first, on every replica whatever order it learned the backends in,
+// keyed or not and full or not; a backend that failed for the request is skipped.
+func TestLeadBackendWithinCluster(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pick := func(order []string, key string, failed []string, running uint64) string {
+			t.Helper()
+			sys := actors.NewSystem(slog.New(slog.DiscardHandler))
+			dir := dispatch.NewDirectory(sys, dispatch.Deps{
+				Now: time.Now, Logger: slog.New(slog.DiscardHandler), Observer: &countingObserver{}, Seed: 1,
+				ClusterBackends: dispatch.ClusterBackendsLead,
+			})
+			defer func() {
+				dir.Stop()
+				time.Sleep(time.Minute)
+			}()
+			pid := dir.Ensure(target)
+			seq := &atomic.Uint64{}
+			for _, id := range order {
+				sys.Root.Send(pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+					ID: id, ClusterID: "a", Active: true, HasRTT: true, RTT: time.Millisecond, Seq: seq,
+					Load: load.Load{InputTPS: 1000, MaxEngineConcurrency: 2, RunningRequests: running}, UpdatedAt: time.Now(),
+				}})
+			}
+			p := dispatch.NewPending(time.Now())
+			e := lbconfig.DefaultEntry(lbconfig.PowerOfN)
+			p.Entry, p.Req.InputTokens, p.Req.AffinityKey, p.FailedBackends = &e, 10, key, failed
+			sys.Root.Send(pid, dispatch.Route{P: p})
+			out := <-p.Mailbox
+			if out.Kind != dispatch.OutcomeGranted {
+				t.Fatalf("key %q: %+v", key, out)
+			}
+			return out.BackendID
+		}
+		ids := []string{"a1", "a2", "a3"}
+		lead := pick(ids, "", nil, 0)
+		for i := range 12 {
+			key := fmt.Sprintf("session-%d", i)
+			if got := pick(ids, key, nil, 0); got != lead {
+				t.Errorf("key %s: %s, want the lead %s", key, got, lead)
+			}
+			if got := pick([]string{"a3", "a1", "a2"}, key, nil, 2); got != lead {
+				t.Errorf("key %s, engine full, backends learned in another order: %s, want the lead %s", key, got, lead)
+			}
+		}
+		if other := pick(ids, "session-0", []string{lead}, 0); other == lead {
+			t.Errorf("the lead %s again after it failed for the request", lead)
+		}
 	})
 }
 
