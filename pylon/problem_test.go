@@ -191,10 +191,14 @@ func TestQueueMismatchDetail(t *testing.T) {
 		d    admission.Decision
 		want string
 	}{
-		{admission.Decision{Result: admission.Rejected, ExpectedMs: 10, ActualMs: 100, ThresholdMs: 35},
-			"local queue estimate 100 ms exceeds the threshold 35 ms for the expected 10 ms"},
-		{admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 24, Concurrency: 24},
-			"no free engine slot (24 of 24 running) for a request expected to queue 0 ms"},
+		{
+			admission.Decision{Result: admission.Rejected, ExpectedMs: 10, ActualMs: 100, ThresholdMs: 35},
+			"local queue estimate 100 ms exceeds the threshold 35 ms for the expected 10 ms",
+		},
+		{
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 24, Concurrency: 24},
+			"no free engine slot (24 of 24 running) for a request expected to queue 0 ms",
+		},
 	} {
 		p := queueMismatch(tc.d, 5)
 		if p.Detail != tc.want || p.Status != 429 || p.Reason != wire.RetryQueueEstimateMismatch || !p.retryable {
