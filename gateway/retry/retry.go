@@ -36,7 +36,8 @@
 //     failed before, the request counts as given up (no_eligible_backend).
 //
 // "A sibling first" is the scheduler's: it takes a sibling of the cluster before running
-// the balancer, unless it knows that sibling to be full (then the cluster is left out).
+// the balancer, unless it knows the cluster to be full, by its latest report or the
+// sibling's (then the cluster is left out).
 //
 // A retry is given up, checked in this order, when the retry budget has run out (the
 // x-stargate-max-wait-ms header, from arrival: retry_budget_exhausted), or when its kind's
