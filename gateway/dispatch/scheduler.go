@@ -100,6 +100,7 @@ type backendState struct {
 
 type clusterInfo struct {
 	backends []string // routable backend ids, sorted
+	lead     []string // with ClusterBackendsLead: the backends in lead order (lb.LeadOrder)
 	next     uint64   // round-robin counter
 	seen     bool     // present in the last snapshot
 	idx      int      // index of the cluster's candidate in the snapshot
@@ -563,7 +564,12 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 	if len(info.backends) > 1 {
 		switch {
 		case s.deps.ClusterBackends == ClusterBackendsLead:
-			return lb.KeyedBackend(info.backends, cluster, p.backendFailed, never)
+			for _, id := range info.lead {
+				if !p.backendFailed(id) {
+					return id, true
+				}
+			}
+			return "", false
 		case p.SessionKey() != "":
 			return s.keyedBackend(info.backends, p)
 		}
@@ -595,8 +601,6 @@ func (s *Scheduler) backendFull(id string) bool {
 // engineFull reports that a cluster's latest report (with this gateway's reservations)
 // runs its engine's known concurrency.
 func engineFull(l *load.Load) bool { return l.MaxEngineConcurrency > 0 && !l.HasFreeSlot() }
-
-func never(string) bool { return false }
 
 // full reports that the backend runs as many requests as its engine's known concurrency
 // limit, counting this gateway's reservations the backend has not reported yet.

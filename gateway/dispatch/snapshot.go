@@ -51,6 +51,9 @@ func (s *Scheduler) snap(now time.Time) *lb.Snapshot {
 		if info == nil {
 			return
 		}
+		if s.deps.ClusterBackends == ClusterBackendsLead {
+			info.lead = lb.LeadOrder(info.lead, info.backends, cluster) // once per rebuild, not per request
+		}
 		if cand, ok := s.clusterCandidate(cluster, info.backends); ok {
 			candidates = append(candidates, cand)
 			info.seen, info.stale, info.idx = true, false, len(candidates)-1

@@ -1,11 +1,33 @@
 package lb
 
-import "github.com/zeebo/xxh3"
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/zeebo/xxh3"
+)
 
 // rendezvous is the rendezvous-hashing (highest random weight) score of id for seed: for
 // one seed, the ids ordered by it are the same on every gateway replica, and adding or
 // removing an id moves only the seeds that rank it first.
 func rendezvous(id string, seed uint64) uint64 { return xxh3.HashStringSeed(id, seed) }
+
+// LeadOrder appends to dst[:0] a cluster's backends ranked for the cluster id by rendezvous
+// hashing, first to last (ties by id): the same order on every gateway replica, whatever
+// order backends is in. Its first backend that has not failed for a request is the
+// cluster's lead for it.
+func LeadOrder(dst, backends []string, cluster string) []string {
+	seed := xxh3.HashString(cluster)
+	dst = append(dst[:0], backends...)
+	slices.SortFunc(dst, func(a, b string) int {
+		if c := cmp.Compare(rendezvous(b, seed), rendezvous(a, seed)); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return dst
+}
 
 // KeyedBackend picks, among a cluster's backends, the one that ranks first for the
 // session key by rendezvous hashing, skipping those failed reports — so a session's turns
