@@ -129,6 +129,14 @@ func (l *Load) HasFreeSlot() bool {
 	return l.MaxEngineConcurrency > 0 && l.RunningRequests < l.MaxEngineConcurrency
 }
 
+// SlotsTaken reports that running requests take every slot of a known concurrency limit
+// (a limit of 0 is unknown: its slots are never all taken).
+func SlotsTaken(running, limit uint64) bool { return limit > 0 && running >= limit }
+
+// Full reports that the engine runs its known concurrency limit: no free slot, and the
+// limit is known (HasFreeSlot is false for an unknown limit too).
+func (l *Load) Full() bool { return SlotsTaken(l.RunningRequests, l.MaxEngineConcurrency) }
+
 // EffectiveQueue is the queue delay a new request of the given priority expects: 0 when the
 // engine has a free slot, else the queue estimate, else (unknown estimate) the time of the
 // queued work, which is +Inf.

@@ -36,6 +36,21 @@ func TestWorkTime(t *testing.T) {
 
 // The free-slot rule: a known concurrency limit above the running count gives zero queue
 // delay, whatever the priority estimates say; a full or unknown limit does not.
+// Full and HasFreeSlot: a known limit is either full or has a free slot; an unknown one
+// is neither.
+func TestFullOrFreeSlot(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		running, limit uint64
+		full, free     bool
+	}{{24, 25, false, true}, {25, 25, true, false}, {26, 25, true, false}, {24, 0, false, false}, {0, 0, false, false}} {
+		l := load.Load{RunningRequests: tc.running, MaxEngineConcurrency: tc.limit}
+		if l.Full() != tc.full || l.HasFreeSlot() != tc.free || load.SlotsTaken(tc.running, tc.limit) != tc.full {
+			t.Errorf("%d of %d running: Full %v, HasFreeSlot %v; want %v, %v", tc.running, tc.limit, l.Full(), l.HasFreeSlot(), tc.full, tc.free)
+		}
+	}
+}
+
 func TestFreeSlotRule(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

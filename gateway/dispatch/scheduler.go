@@ -458,7 +458,7 @@ func (s *Scheduler) try(p *Pending) {
 		if p.PreferCluster != "" {
 			c := p.PreferCluster
 			p.PreferCluster = ""
-			if i := slices.IndexFunc(snap.Candidates, func(cand lb.Candidate) bool { return cand.ClusterID == c }); i >= 0 && !engineFull(&snap.Candidates[i].Load) {
+			if i := slices.IndexFunc(snap.Candidates, func(cand lb.Candidate) bool { return cand.ClusterID == c }); i >= 0 && !snap.Candidates[i].Load.Full() {
 				if id, ok := s.pickBackend(c, p); ok && !s.backendFull(id) {
 					s.grant(p, id, &snap.Candidates[i], lb.Selected(i, 1), elapsed)
 					return
@@ -598,15 +598,12 @@ func (s *Scheduler) backendFull(id string) bool {
 	return b == nil || b.full()
 }
 
-// engineFull reports that a cluster's latest report (with this gateway's reservations)
-// runs its engine's known concurrency.
-func engineFull(l *load.Load) bool { return l.MaxEngineConcurrency > 0 && !l.HasFreeSlot() }
 
 // full reports that the backend runs as many requests as its engine's known concurrency
 // limit, counting this gateway's reservations the backend has not reported yet.
 func (b *backendState) full() bool {
 	l := &b.view.Load
-	return l.MaxEngineConcurrency > 0 && l.RunningRequests+uint64(len(b.reservations)) >= l.MaxEngineConcurrency
+	return load.SlotsTaken(l.RunningRequests+uint64(len(b.reservations)), l.MaxEngineConcurrency)
 }
 
 func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb.Decision, elapsed time.Duration) {

@@ -121,7 +121,7 @@ func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, en
 		return Decision{Result: MissingEstimate}
 	}
 	d := Decision{ExpectedMs: expectedMs, ThresholdMs: c.Threshold(expectedMs)}
-	noSlot := c.RequireFreeSlot && expectedMs == 0 && others.MaxEngineConcurrency > 0 && engineRunning >= others.MaxEngineConcurrency
+	noSlot := c.RequireFreeSlot && expectedMs == 0 && load.SlotsTaken(engineRunning, others.MaxEngineConcurrency)
 	if !others.HasFreeSlot() {
 		q, ok := others.QueueEstimate(priority)
 		if !ok && !noSlot {
