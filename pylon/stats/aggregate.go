@@ -475,7 +475,11 @@ func (a *Aggregate) setRunning(id string, er *engineRequest, running bool) {
 // them, so the published running count adds them (combineEngine).
 func (a *Aggregate) syncOwn(id string, er *engineRequest) {
 	_, live := a.reqs[id]
-	own := live && (er.running || er.finished)
+	a.countOwn(er, live && (er.running || er.finished))
+}
+
+// countOwn counts er in ownInStream or not.
+func (a *Aggregate) countOwn(er *engineRequest, own bool) {
 	if own == er.own {
 		return
 	}
@@ -529,10 +533,7 @@ func (a *Aggregate) Sweep(now time.Time) bool {
 			changed = true
 		}
 		if now.Sub(er.lastSeen) >= RequestStateTTL || (er.finished && now.Sub(er.lastSeen) >= ModelStatsTTL) {
-			if er.own { // a live request of the pylon's own the engine finished long ago
-				er.own = false
-				a.ownInStream--
-			}
+			a.countOwn(er, false) // a live request of the pylon's own the engine finished long ago
 			delete(a.engineReqs, id)
 		}
 	}
