@@ -236,6 +236,12 @@ const (
 	ClientsPlain          = "plain"
 )
 
+// The gateway's --cluster-backends choices (Algorithm.ClusterBackends).
+const (
+	ClusterBackendsSpread = "spread"
+	ClusterBackendsLead   = "lead"
+)
+
 // Plain reports whether the algorithm's clients send no routing headers.
 func (a *Algorithm) Plain() bool { return a.Clients == ClientsPlain }
 

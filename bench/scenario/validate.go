@@ -418,8 +418,8 @@ func (s *Scenario) validateAlgorithms(p *problems) {
 		if _, err := a.LBConfigJSON(); err != nil {
 			p.add(path+".config", "%s", OneLine(err))
 		}
-		if a.ClusterBackends != "" && a.ClusterBackends != "spread" && a.ClusterBackends != "lead" {
-			p.add(path+".cluster_backends", "is %q, want %q or %q", a.ClusterBackends, "spread", "lead")
+		if a.ClusterBackends != "" && a.ClusterBackends != ClusterBackendsSpread && a.ClusterBackends != ClusterBackendsLead {
+			p.add(path+".cluster_backends", "is %q, want %q or %q", a.ClusterBackends, ClusterBackendsSpread, ClusterBackendsLead)
 		}
 		if a.Clients != "" && a.Clients != ClientsRoutingHeaders && a.Clients != ClientsPlain {
 			p.add(path+".clients", "is %q, want %q or %q", a.Clients, ClientsRoutingHeaders, ClientsPlain)
