@@ -598,7 +598,6 @@ func (s *Scheduler) backendFull(id string) bool {
 	return b == nil || b.full()
 }
 
-
 // full reports that the backend runs as many requests as its engine's known concurrency
 // limit, counting this gateway's reservations the backend has not reported yet.
 func (b *backendState) full() bool {
