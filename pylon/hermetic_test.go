@@ -159,6 +159,21 @@ func running(n uint64) func(received) bool {
 	}
 }
 
+// A pylon given a share of its engine's slots registers it, for gateways to count the
+// pylon full once its own requests fill it.
+func TestHermeticRegistrationCarriesSlotShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := pylon.DefaultConfig()
+		cfg.ModelNames, cfg.EngineStatsStream = []string{"dummy-model"}, "off"
+		cfg.Admission.SlotShare = 6
+		h := newHermetic(t, cfg, mock.Config{TTFT: time.Millisecond, TokenDelay: time.Millisecond, NumTokens: 2})
+		defer h.close()
+		if r := h.await(time.Second, running(0)); r.reg.EngineSlotShare != 6 {
+			t.Errorf("registration %+v, want engine_slot_share 6", r.reg)
+		}
+	})
+}
+
 // A registration carrying a just-started request reaches the gateway within one coalesce
 // interval (exactly, on virtual time), and the response's x-pylon-load includes the request.
 func TestHermeticRegistrationWithinOneCoalesceInterval(t *testing.T) {
@@ -171,7 +186,7 @@ func TestHermeticRegistrationWithinOneCoalesceInterval(t *testing.T) {
 		defer h.close()
 
 		first := h.await(time.Second, running(0))
-		if first.reg.URL != "http://pylon:8100" || first.reg.ClusterID != "pylon" || first.reg.DispatchSeq != 0 {
+		if first.reg.URL != "http://pylon:8100" || first.reg.ClusterID != "pylon" || first.reg.DispatchSeq != 0 || first.reg.EngineSlotShare != 0 {
 			t.Errorf("registration identity: %+v", first.reg)
 		}
 		time.Sleep(time.Second) // the ack-driven resend (gateway id learned) has gone out

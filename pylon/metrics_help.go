@@ -30,7 +30,7 @@ var metricsHelp = map[string]string{ //nolint:gosec // help texts that mention t
 	mRetryable:                         "Answers the gateway may retry elsewhere, by reason and HTTP status.",
 	mNonRetryable:                      "Failures the gateway must not retry, by reason.",
 	mAdmissionDecisions:                "Local queue admission decisions by result.",
-	mAdmissionNoSlot:                   "Requests rejected (result rejected) only because the gateway expected no queue and the engine had no free slot (--queue-admission-require-free-slot).",
+	mAdmissionNoSlot:                   "Requests rejected (result rejected) only because the gateway expected no queue and the engine had no free slot, or the pylon's own requests filled its --engine-slot-share (--queue-admission-require-free-slot).",
 	mAdmissionExpected:                 "Queue wait the gateway expected (x-expected-queue-ms) for admission-checked requests.",
 	mAdmissionActual:                   "Queue wait the pylon estimated locally for admission-checked requests.",
 	mModelOutputTPS:                    "Output tokens per second the engine produces now.",

@@ -57,7 +57,11 @@ func generationFailed(model string) *problem {
 func queueMismatch(d admission.Decision, retryAfterMs uint64) *problem {
 	detail := "local queue estimate " + strconv.FormatUint(d.ActualMs, 10) +
 		" ms exceeds the threshold " + strconv.FormatUint(d.ThresholdMs, 10) + " ms for the expected " + strconv.FormatUint(d.ExpectedMs, 10) + " ms"
-	if d.NoFreeSlot {
+	switch {
+	case d.Share:
+		detail = "no free slot in this pylon's share of the engine (" + strconv.FormatUint(d.Running, 10) + " of " +
+			strconv.FormatUint(d.Concurrency, 10) + " taken by its requests) for a request expected to queue 0 ms"
+	case d.NoFreeSlot:
 		detail = "no free engine slot (" + strconv.FormatUint(d.Running, 10) + " of " + strconv.FormatUint(d.Concurrency, 10) +
 			" running) for a request expected to queue 0 ms"
 	}

@@ -199,6 +199,10 @@ func TestQueueMismatchDetail(t *testing.T) {
 			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 24, Concurrency: 24},
 			"no free engine slot (24 of 24 running) for a request expected to queue 0 ms",
 		},
+		{
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Share: true, Running: 8, Concurrency: 8},
+			"no free slot in this pylon's share of the engine (8 of 8 taken by its requests) for a request expected to queue 0 ms",
+		},
 	} {
 		p := queueMismatch(tc.d, 5)
 		if p.Detail != tc.want || p.Status != 429 || p.Reason != wire.RetryQueueEstimateMismatch || !p.retryable {

@@ -64,7 +64,7 @@ func (p *Pylon) snapshot(gatewayID string) wire.Registration {
 	}
 	reg := wire.Registration{
 		ID: p.cfg.ID, URL: p.advertiseURL(), ClusterID: p.cfg.ClusterID, DispatchSeq: p.seqOf(gatewayID),
-		Models: map[string]wire.Model{},
+		EngineSlotShare: p.cfg.Admission.SlotShare, Models: map[string]wire.Model{},
 	}
 	for name, e := range *p.models.Load() {
 		g := e.cur.Load()

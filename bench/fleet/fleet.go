@@ -142,6 +142,11 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 			args = append(args, "--initial-input-tps="+ms(tps), "--benchmark-pin-input-tps")
 		}
 		args = append(args, admissionArgs(a.PylonQueueAdmission)...)
+		if a.PylonQueueAdmission.Shares() && len(top.Clusters[b.Cluster].Backends) > 1 && b.Profile.MaxConcurrentRequests > 0 {
+			// The engine's limit is the profile's times the cluster's pylons: each pylon
+			// fills the profile's.
+			args = append(args, "--engine-slot-share="+strconv.Itoa(b.Profile.MaxConcurrentRequests))
+		}
 		if a.PylonPromptWait != nil && !*a.PylonPromptWait {
 			args = append(args, "--prompt-wait=0s")
 		}

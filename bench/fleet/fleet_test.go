@@ -152,6 +152,9 @@ func TestPlan(t *testing.T) {
 	if pa := fleet.NewPlan(s, &noWait, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args; !slices.Contains(pa, "--prompt-wait=0s") {
 		t.Errorf("pylon_prompt_wait false: pylon args %q lack --prompt-wait=0s", pa)
 	}
+	if strings.Contains(py, "engine-slot-share") {
+		t.Errorf("pylon args %q: a cluster of one pylon gets no slot share", py)
+	}
 	if strings.Contains(py, "require-free-slot") {
 		t.Errorf("pylon args %q: want the pylon's default free-slot rule", py)
 	}
@@ -180,6 +183,20 @@ func TestPlan(t *testing.T) {
 	if len(p.Engines) != 2 || !slices.Contains(p.Engines[0].Args, "--max-concurrent-requests=12") ||
 		!slices.Contains(p.Pylons[1].Args, "--upstream-http-base-url="+p.Engines[0].URL) || !slices.Contains(p.Pylons[1].Args, "--cluster-id=cluster-0") {
 		t.Errorf("grouped plan %+v", p)
+	}
+	// Each pylon of a grouped cluster fills its profile's share of the engine, unless the
+	// algorithm says otherwise; a cluster of one pylon gets no share (the earlier plan).
+	for _, pl := range p.Pylons {
+		if !slices.Contains(pl.Args, "--engine-slot-share=6") {
+			t.Errorf("grouped pylon args %q lack --engine-slot-share=6", pl.Args)
+		}
+	}
+	noShares := s.Algorithms[0]
+	noShares.PylonQueueAdmission = &scenario.QueueAdmission{SlotShares: &off}
+	for _, pl := range fleet.NewPlan(s, &noShares, "/tmp/lb.json", ports, fleet.Options{}).Pylons {
+		if slices.ContainsFunc(pl.Args, func(a string) bool { return strings.HasPrefix(a, "--engine-slot-share") }) {
+			t.Errorf("slot_shares false: pylon args %q have a share", pl.Args)
+		}
 	}
 }
 

@@ -259,7 +259,16 @@ type QueueAdmission struct {
 	// false admits a request expected to queue 0 ms at an engine without a free slot,
 	// as the reference pylon does.
 	RequireFreeSlot *bool `yaml:"require_free_slot"`
+	// SlotShares (our extension; default true) gives each pylon of a cluster of several
+	// pylons its share of the shared engine's slots (--engine-slot-share = the profile's
+	// max_concurrent_requests; the engine's limit is that times the cluster's pylons).
+	// false runs them without, as the reference pylons run.
+	SlotShares *bool `yaml:"slot_shares"`
 }
+
+// Shares reports whether the pylons of a cluster of several get slot shares (SlotShares;
+// q may be nil).
+func (q *QueueAdmission) Shares() bool { return q == nil || q.SlotShares == nil || *q.SlotShares }
 
 // GatewayCount returns stargates.count (default 1).
 func (s *Scenario) GatewayCount() int {

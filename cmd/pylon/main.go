@@ -65,6 +65,7 @@ type cli struct {
 	QueueAdmissionMinDelta     time.Duration `name:"queue-admission-min-delta" default:"25ms" help:"Additive admission tolerance (whole milliseconds)."`
 	QueueAdmissionTolerance    float64       `name:"queue-admission-tolerance" default:"1.25" help:"Multiplicative admission tolerance."`
 	QueueAdmissionFreeSlot     bool          `name:"queue-admission-require-free-slot" default:"true" negatable:"" help:"Refuse (429 queue_estimate_mismatch) a request whose gateway expected no queue when the engine runs its known concurrency limit: it would wait for a running request to end, which no queue estimate prices. Several gateways that each saw the last slot free are caught here and retried elsewhere."`
+	EngineSlotShare            uint64        `name:"engine-slot-share" default:"0" help:"When several pylons front one engine: the number of its concurrency slots this pylon may fill. A request its gateway expected no queue for is refused (with --queue-admission-require-free-slot) while this pylon's own requests fill the share, so the pylons, whose shares should add up to the engine's limit, cannot overfill the engine between them before its figures show the other pylons' requests (0 = the whole engine, by the engine's figures alone)."`
 	QueueMismatchRetryAfter    time.Duration `name:"queue-mismatch-retry-after" default:"0s" help:"x-stargate-retry-after-ms on admission 429s, in whole milliseconds (0 = none)."`
 	UpstreamBackend            string        `name:"upstream-backend" default:"passthrough" enum:"passthrough,dynamo" help:"dynamo adds x-dynamo-request-priority headers; passthrough adds none."`
 	PriorityCeiling            uint32        `name:"priority-ceiling" default:"3600" help:"Dynamo priority = max(0, ceiling − x-priority)."`
@@ -124,7 +125,7 @@ func (c *cli) config() pylon.Config {
 	cfg.MinUpdateInterval, cfg.StatsUpdateCoalesce, cfg.FullRegistrationInterval = c.MinUpdateInterval, c.StatsUpdateCoalesce, c.FullRegistrationInterval
 	cfg.GatewayDNS, cfg.GatewayDNSInterval = c.GatewayDNS, c.GatewayDNSInterval
 	cfg.CanaryInterval, cfg.CanaryTimeout, cfg.CanaryThreshold = c.ActiveCanaryInterval, c.BringupCanaryTimeout, c.CanaryMaxGenerationThreshold
-	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: wholeMs(c.QueueAdmissionMinDelta), Tolerance: c.QueueAdmissionTolerance, RequireFreeSlot: c.QueueAdmissionFreeSlot}
+	cfg.Admission = admission.Config{Enabled: c.QueueAdmission, MinDeltaMs: wholeMs(c.QueueAdmissionMinDelta), Tolerance: c.QueueAdmissionTolerance, RequireFreeSlot: c.QueueAdmissionFreeSlot, SlotShare: c.EngineSlotShare}
 	cfg.QueueMismatchRetryAfterMs = wholeMs(c.QueueMismatchRetryAfter)
 	cfg.UpstreamBackend, cfg.PriorityCeiling, cfg.RetryableStatusCodes = c.UpstreamBackend, c.PriorityCeiling, c.RetryableStatusCodes
 	cfg.RequireUpstreamRetryHeader, cfg.UpstreamRetryHeader, cfg.PropagateRetryAfter = c.RequireUpstreamRetryHeader, c.UpstreamRetryHeader, c.PropagateRetryAfter

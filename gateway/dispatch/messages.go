@@ -39,6 +39,9 @@ type BackendView struct {
 	// scheduler honours it within its cap (Deps.MaxEjectionPercent).
 	Ejected   bool
 	EjectedAt time.Time
+	// SlotShare is the number of the engine's slots the backend fills, when several
+	// backends front one engine (0: the whole engine; see backendState.full).
+	SlotShare uint64
 }
 
 // Routable reports whether the backend can take requests: ACTIVE with an RTT. An ejected

@@ -575,12 +575,25 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 		}
 	}
 	n := uint64(len(info.backends))
+	// Round-robin over the backends that have not failed for the request, those whose
+	// slot share is full (shareFull) last.
+	full := n // the first of them met, n: none
 	for k := range n {
 		id := info.backends[(info.next+k)%n]
-		if !p.backendFailed(id) {
-			info.next += k + 1
-			return id, true
+		if p.backendFailed(id) {
+			continue
 		}
+		if b := s.backends[id]; b != nil && b.shareFull() {
+			full = min(full, k)
+			continue
+		}
+		info.next += k + 1
+		return id, true
+	}
+	if full < n {
+		id := info.backends[(info.next+full)%n]
+		info.next += full + 1
+		return id, true
 	}
 	return "", false
 }
@@ -599,10 +612,21 @@ func (s *Scheduler) backendFull(id string) bool {
 }
 
 // full reports that the backend runs as many requests as its engine's known concurrency
-// limit, counting this gateway's reservations the backend has not reported yet.
+// limit, or that its own requests fill its slot share (shareFull), counting this
+// gateway's reservations the backend has not reported yet.
 func (b *backendState) full() bool {
 	l := &b.view.Load
-	return load.SlotsTaken(l.RunningRequests+uint64(len(b.reservations)), l.MaxEngineConcurrency)
+	return b.shareFull() || load.SlotsTaken(l.RunningRequests+uint64(len(b.reservations)), l.MaxEngineConcurrency)
+}
+
+// shareFull reports that the backend's own requests fill its share of the engine's slots
+// (BackendView.SlotShare; never without one). A backend with a share reports its own
+// requests in its queue size and output-generation count (the engine's running count
+// covers every backend in front of it), and refuses a request expected to queue 0 ms once
+// they fill the share.
+func (b *backendState) shareFull() bool {
+	l := &b.view.Load
+	return load.SlotsTaken(l.QueueSize+l.OutputGenerationRequests+uint64(len(b.reservations)), b.view.SlotShare)
 }
 
 func (s *Scheduler) grant(p *Pending, backendID string, cand *lb.Candidate, d lb.Decision, elapsed time.Duration) {

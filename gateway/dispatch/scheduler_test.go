@@ -3,6 +3,8 @@ package dispatch_test
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/engines/load"
 	"github.com/switchyard/switchyard/gateway/dispatch"
+	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 )
 
@@ -314,6 +317,72 @@ func TestPreferClusterSkipsFullSibling(t *testing.T) {
 		}).Mailbox
 		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "b" {
 			t.Errorf("cluster's latest report full: %+v, want b", out)
+		}
+	})
+}
+
+// A backend whose own requests fill its engine slot share is passed over within its
+// cluster while a sibling has room in its own: by round-robin, by a keyed request's pick,
+// and by a sibling-first retry. Without a share the engine's figures alone decide (the
+// engine has free slots here), so the same requests go where they went before.
+func TestSlotShareWithinCluster(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		setup := func(share uint64) *fixture {
+			f := newFixture(t)
+			seq := &atomic.Uint64{}
+			for _, v := range []struct {
+				id  string
+				own uint64
+			}{{"a1", 2}, {"a2", 0}} {
+				f.sys.Root.Send(f.pid, &dispatch.BackendChanged{View: dispatch.BackendView{
+					ID: v.id, ClusterID: "a", Active: true, HasRTT: true, RTT: time.Millisecond, Seq: seq, SlotShare: share,
+					Load: load.Load{
+						InputTPS: 1000, MaxEngineConcurrency: 4, RunningRequests: 2,
+						OutputGenerationRequests: v.own,
+					}, UpdatedAt: time.Now(),
+				}})
+			}
+			return f
+		}
+		pon := lbconfig.DefaultEntry(lbconfig.PowerOfN)
+		// The key whose ranking puts a1 first.
+		key := ""
+		for i := range 100 {
+			k := "key-" + strconv.Itoa(i)
+			if id, _ := lb.KeyedBackend([]string{"a1", "a2"}, k, func(string) bool { return false }, func(string) bool { return false }); id == "a1" {
+				key = k
+				break
+			}
+		}
+		if key == "" {
+			t.Fatal("no key ranks a1 first")
+		}
+		for _, tc := range []struct {
+			share uint64
+			want  []string
+		}{{share: 2, want: []string{"a2", "a2", "a2"}}, {share: 0, want: []string{"a1", "a2", "a1"}}} {
+			f := setup(tc.share)
+			var got []string
+			for range 2 { // unkeyed: round-robin
+				out := <-f.route(pon, 10, nil).Mailbox
+				got = append(got, out.BackendID)
+			}
+			f = setup(tc.share)
+			out := <-f.route(pon, 10, func(p *dispatch.Pending) { p.Req.AffinityKey = key }).Mailbox
+			got = append(got, out.BackendID)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("share %d: unkeyed, unkeyed, keyed went to %v, want %v", tc.share, got, tc.want)
+			}
+		}
+
+		// A sibling-first retry from a2 leaves the cluster when a1's share is full.
+		f := setup(2)
+		f.backend("b", 100*time.Millisecond, load.Load{InputTPS: 1000}, 0)
+		out := <-f.route(waw(), 10, func(p *dispatch.Pending) {
+			p.FailedBackends, p.PreferCluster = []string{"a2"}, "a"
+		}).Mailbox
+		if out.Kind != dispatch.OutcomeGranted || out.BackendID != "b" {
+			t.Errorf("sibling's share full: %+v, want b", out)
 		}
 	})
 }

@@ -78,6 +78,8 @@ type backendActor struct {
 	// heartbeat is the last registration's heartbeat (the gateway's default when it
 	// sets none): load updates refresh the deadline with it.
 	heartbeat time.Duration
+	// slotShare is the last registration's engine slot share (0: none).
+	slotShare uint64
 	alarm     *actors.Alarm
 	gone      bool
 	health    health
@@ -232,6 +234,7 @@ func (a *backendActor) onRegistered(m registered) {
 	if a.heartbeat <= 0 {
 		a.heartbeat = a.fleet.deps.DefaultHeartbeat
 	}
+	a.slotShare = m.reg.EngineSlotShare
 	a.seen(m.at)
 	for name, mv := range a.models {
 		if _, ok := m.reg.Models[name]; !ok {
@@ -314,6 +317,7 @@ func (a *backendActor) viewOf(mv *modelView) dispatch.BackendView {
 	v.Active = mv.status == wire.StatusActive
 	v.RTT, v.HasRTT = a.rtt, a.hasRTT
 	v.Ejected, v.EjectedAt = a.health.ejected, a.health.at
+	v.SlotShare = a.slotShare
 	return v
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
@@ -14,6 +15,26 @@ import (
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/internal/wire"
 )
+
+// newInternalFleet returns a fleet and its directory in their own actor system, without
+// probes, stopped when the test ends (call it inside a synctest bubble).
+func newInternalFleet(t *testing.T) (*actor.ActorSystem, *dispatch.Directory, *Fleet) {
+	t.Helper()
+	logger := slog.New(slog.DiscardHandler)
+	sys := actors.NewSystem(logger)
+	dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: quietObserver{}, Seed: 1})
+	f := New(Deps{
+		Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
+		NewClient:        func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
+		DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond,
+	})
+	t.Cleanup(func() {
+		f.Stop()
+		dir.Stop()
+		time.Sleep(time.Minute) // let protoactor's throttle goroutines finish (virtual time)
+	})
+	return sys, dir, f
+}
 
 type quietObserver struct{}
 
@@ -25,19 +46,7 @@ func (quietObserver) Parked(dispatch.Target, int)               {}
 // with a fresh actor, routed again.
 func TestFailedBackendActorLeavesUntilItRegistersAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		logger := slog.New(slog.DiscardHandler)
-		sys := actors.NewSystem(logger)
-		dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: quietObserver{}, Seed: 1})
-		f := New(Deps{
-			Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
-			NewClient:        func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
-			DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond,
-		})
-		t.Cleanup(func() {
-			f.Stop()
-			dir.Stop()
-			time.Sleep(time.Minute) // let protoactor's throttle goroutines finish (virtual time)
-		})
+		sys, dir, f := newInternalFleet(t)
 		reg := wire.Registration{ID: "p1", URL: "http://127.0.0.1:18080", ClusterID: "c1", HeartbeatMs: 60_000, Models: map[string]wire.Model{
 			"a": {Status: wire.StatusActive, Generation: 1, Stats: wire.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}},
 		}}

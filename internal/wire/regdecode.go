@@ -53,6 +53,7 @@ const (
 	fRoutingKey
 	fHeartbeatMs
 	fDispatchSeq
+	fSlotShare
 	fModels
 )
 
@@ -255,6 +256,8 @@ func (d *fastDecoder) registrationField(key []byte, r *Registration) bool {
 		return d.once(fHeartbeatMs) && d.uint(&r.HeartbeatMs)
 	case "dispatch_seq":
 		return d.once(fDispatchSeq) && d.uint(&r.DispatchSeq)
+	case "engine_slot_share":
+		return d.once(fSlotShare) && d.uint(&r.EngineSlotShare)
 	case "models":
 		if !d.once(fModels) {
 			return false

@@ -29,7 +29,7 @@ func sampleRegistrations() []Registration {
 	return []Registration{
 		{ID: "p1", URL: "http://127.0.0.1:8100", Models: map[string]Model{}},
 		{
-			ID: "sim-17", URL: "http://10.0.0.7:8100/p17", ClusterID: "sim-17", RoutingKey: "tenant-a", HeartbeatMs: 1000, DispatchSeq: 12345,
+			ID: "sim-17", URL: "http://10.0.0.7:8100/p17", ClusterID: "sim-17", RoutingKey: "tenant-a", HeartbeatMs: 1000, DispatchSeq: 12345, EngineSlotShare: 32,
 			Models: map[string]Model{"dummy-model": {Status: StatusActive, Generation: 1, Build: 77, Stats: full}},
 		},
 		{
@@ -128,6 +128,7 @@ func FuzzFastRegistration(f *testing.F) {
 	}
 	f.Add([]byte(`{"models":{"m":{"stats":{"queue_time_estimate_ms_by_priority":{},"stats_capabilities":[],"output_tps":-0.0e-0}}}}`))
 	f.Add([]byte(` {"heartbeat_ms" : 100 , "dispatch_seq":0} `))
+	f.Add([]byte(`{"inference_server_id":"b","inference_server_url":"http://b","engine_slot_share":8,"models":{}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var got, want Registration
 		gotErr, wantErr := decodeRegistration(body, &got), decodeStrict(body, &want)

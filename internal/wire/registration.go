@@ -24,13 +24,17 @@ const RegistrationPath = "/control/v1/backends/"
 // Registration is the full snapshot a pylon PUTs to RegistrationPath+ID every heartbeat
 // and on change.
 type Registration struct {
-	ID          string           `json:"inference_server_id"`
-	URL         string           `json:"inference_server_url"`
-	ClusterID   string           `json:"cluster_id,omitempty"`
-	RoutingKey  string           `json:"routing_key,omitempty"` // scope of the registration; empty = unscoped
-	HeartbeatMs uint64           `json:"heartbeat_ms,omitempty"`
-	DispatchSeq uint64           `json:"dispatch_seq,omitempty"` // highest x-switchyard-dispatch-seq admitted from the receiving gateway
-	Models      map[string]Model `json:"models"`
+	ID          string `json:"inference_server_id"`
+	URL         string `json:"inference_server_url"`
+	ClusterID   string `json:"cluster_id,omitempty"`
+	RoutingKey  string `json:"routing_key,omitempty"` // scope of the registration; empty = unscoped
+	HeartbeatMs uint64 `json:"heartbeat_ms,omitempty"`
+	DispatchSeq uint64 `json:"dispatch_seq,omitempty"` // highest x-switchyard-dispatch-seq admitted from the receiving gateway
+	// EngineSlotShare is the number of its engine's concurrency slots the pylon fills with
+	// requests expected to queue 0 ms, when several pylons front one engine (0: the whole
+	// engine). Gateways count the pylon full once its own requests fill it.
+	EngineSlotShare uint64           `json:"engine_slot_share,omitempty"`
+	Models          map[string]Model `json:"models"`
 }
 
 // Model is one model's status and stats in a registration.

@@ -30,6 +30,14 @@ type Config struct {
 	// Several gateways (or pylons in front of one engine) that each saw the last slot
 	// free send such requests; refused, they are retried elsewhere at once.
 	RequireFreeSlot bool
+	// SlotShare, when positive, is the number of the engine's concurrency slots this pylon
+	// may fill, for an engine that several pylons front: with RequireFreeSlot, a request
+	// expected to queue 0 ms is also refused while the pylon's own live requests fill its
+	// share. Its own count is exact where the engine's is late (another pylon's admissions
+	// reach the engine's figures some milliseconds after the fact), so pylons whose shares
+	// add up to the engine's limit never fill it past that limit between them, however
+	// many gateways route to them. 0: the whole engine, by the engine's figures alone.
+	SlotShare uint64
 }
 
 // Result classifies one admission decision (the metric label).
@@ -72,9 +80,19 @@ type Decision struct {
 	ThresholdMs uint64
 	// NoFreeSlot marks a rejection by Config.RequireFreeSlot alone (the estimate was
 	// within the threshold); Running and Concurrency are then the engine's running
-	// requests and its concurrency limit.
+	// requests and its concurrency limit, or, with Share, the pylon's own live requests
+	// and its slot share (Config.SlotShare).
 	NoFreeSlot           bool
+	Share                bool
 	Running, Concurrency uint64
+}
+
+// Slots is what the free-slot rule counts besides the incoming request: the requests
+// running at the engine, all of them (the load Decide compares with may leave out some the
+// gateway could not count: its own later dispatches), and the pylon's own live requests.
+type Slots struct {
+	EngineRunning uint64
+	Own           uint64
 }
 
 // Admit reports whether the request may proceed.
@@ -101,19 +119,18 @@ func (c Config) Threshold(expectedMs uint64) uint64 {
 }
 
 // Decide checks a request of the given priority against others, the load of every live
-// request of the model EXCLUDING the incoming one, as the gateway could have known it.
-// engineRunning is the number of requests running at the engine besides this one, all of
-// them (others may leave out some the gateway could not count: its own later dispatches).
-// expectedMs is the gateway's x-stargate-expected-queue-ms; hasExpected is false when the
+// request of the model EXCLUDING the incoming one, as the gateway could have known it,
+// and slots the running and own live requests besides this one (see Slots). expectedMs is the gateway's x-stargate-expected-queue-ms; hasExpected is false when the
 // header was missing or bad.
 //
 // The local estimate is 0 when the free-slot rule holds (a known engine limit above the
 // live requests other than this one); otherwise it is others' queue estimate for the
 // priority (prompt work at or below it over the input throughput), which is unknown when
 // there is work and no valid throughput. With c.RequireFreeSlot, an expectation of 0 ms
-// is rejected when engineRunning reaches the engine's known concurrency limit, whatever
-// the estimate (known or not).
-func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, engineRunning uint64, priority uint32) Decision {
+// is rejected when the engine's running requests reach its known concurrency limit, or the
+// pylon's own live requests its slot share (c.SlotShare), whatever the estimate (known or
+// not).
+func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, slots Slots, priority uint32) Decision {
 	if !c.Enabled {
 		return Decision{Result: Disabled}
 	}
@@ -121,7 +138,11 @@ func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, en
 		return Decision{Result: MissingEstimate}
 	}
 	d := Decision{ExpectedMs: expectedMs, ThresholdMs: c.Threshold(expectedMs)}
-	noSlot := c.RequireFreeSlot && expectedMs == 0 && load.SlotsTaken(engineRunning, others.MaxEngineConcurrency)
+	var noSlot, share bool
+	if c.RequireFreeSlot && expectedMs == 0 {
+		share = load.SlotsTaken(slots.Own, c.SlotShare)
+		noSlot = share || load.SlotsTaken(slots.EngineRunning, others.MaxEngineConcurrency)
+	}
 	if !others.HasFreeSlot() {
 		q, ok := others.QueueEstimate(priority)
 		if !ok && !noSlot {
@@ -132,8 +153,10 @@ func Decide(c Config, expectedMs uint64, hasExpected bool, others *load.Load, en
 	switch {
 	case d.ActualMs > d.ThresholdMs:
 		d.Result = Rejected
+	case share:
+		d.Result, d.NoFreeSlot, d.Share, d.Running, d.Concurrency = Rejected, true, true, slots.Own, c.SlotShare
 	case noSlot:
-		d.Result, d.NoFreeSlot, d.Running, d.Concurrency = Rejected, true, engineRunning, others.MaxEngineConcurrency
+		d.Result, d.NoFreeSlot, d.Running, d.Concurrency = Rejected, true, slots.EngineRunning, others.MaxEngineConcurrency
 	default:
 		d.Result = Accepted
 	}

@@ -77,7 +77,7 @@ func TestDecide(t *testing.T) {
 			admission.Decision{Result: admission.Rejected, ActualMs: 5000, ThresholdMs: 25},
 		},
 	} {
-		got := admission.Decide(tt.c, tt.expected, tt.has, tt.l, tt.l.RunningRequests, tt.priority)
+		got := admission.Decide(tt.c, tt.expected, tt.has, tt.l, admission.Slots{EngineRunning: tt.l.RunningRequests}, tt.priority)
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
@@ -133,13 +133,57 @@ func TestDecideRequireFreeSlot(t *testing.T) {
 		},
 		"not required": {on, 0, full(8), 8, admission.Decision{Result: admission.Accepted, ThresholdMs: 25}},
 	} {
-		got := admission.Decide(tt.c, tt.expected, true, tt.l, tt.running, 0)
+		got := admission.Decide(tt.c, tt.expected, true, tt.l, admission.Slots{EngineRunning: tt.running}, 0)
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
 	}
-	if d := admission.Decide(strict, 0, false, full(8), 8, 0); d.Result != admission.MissingEstimate {
+	if d := admission.Decide(strict, 0, false, full(8), admission.Slots{EngineRunning: 8}, 0); d.Result != admission.MissingEstimate {
 		t.Errorf("no expectation: %+v, want missing_estimate (nothing to hold the gateway to)", d)
+	}
+}
+
+// SlotShare: an expectation of no queue is also refused while the pylon's own live
+// requests fill its share of the engine, whatever the engine's figures say; the engine's
+// own limit still applies under the share; a queue priced in, or no share, is judged as
+// before.
+func TestDecideSlotShare(t *testing.T) {
+	t.Parallel()
+	shared := on
+	shared.RequireFreeSlot, shared.SlotShare = true, 4
+	engine := &load.Load{InputTPS: 1000, RunningRequests: 5, MaxEngineConcurrency: 8}
+	for name, tt := range map[string]struct {
+		c        admission.Config
+		expected uint64
+		slots    admission.Slots
+		want     admission.Decision
+	}{
+		"share full, engine free": {
+			shared, 0, admission.Slots{EngineRunning: 5, Own: 4},
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Share: true, Running: 4, Concurrency: 4},
+		},
+		"share free": {shared, 0, admission.Slots{EngineRunning: 5, Own: 3}, admission.Decision{Result: admission.Accepted, ThresholdMs: 25}},
+		"share free, engine full": {
+			shared, 0, admission.Slots{EngineRunning: 8, Own: 3},
+			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 8, Concurrency: 8},
+		},
+		"a queue priced in": {
+			shared, 10, admission.Slots{EngineRunning: 5, Own: 6},
+			admission.Decision{Result: admission.Accepted, ExpectedMs: 10, ThresholdMs: 35},
+		},
+		"no share": {
+			func() admission.Config { c := shared; c.SlotShare = 0; return c }(), 0, admission.Slots{EngineRunning: 5, Own: 5},
+			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
+		},
+		"free slot not required": {
+			func() admission.Config { c := shared; c.RequireFreeSlot = false; return c }(), 0, admission.Slots{EngineRunning: 5, Own: 4},
+			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
+		},
+	} {
+		got := admission.Decide(tt.c, tt.expected, true, engine, tt.slots, 0)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
 	}
 }
 
@@ -156,8 +200,9 @@ func TestResultNames(t *testing.T) {
 }
 
 // Property: a rejection means the local estimate exceeds the threshold or, with
-// RequireFreeSlot, that no queue was expected of an engine without a free slot; the
-// threshold is never below the expected delay plus the minimum delta.
+// RequireFreeSlot, that no queue was expected of an engine without a free slot or of a
+// pylon whose own requests fill its slot share; the threshold is never below the expected
+// delay plus the minimum delta.
 func TestDecideProperty(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
@@ -172,14 +217,20 @@ func TestDecideProperty(t *testing.T) {
 		limit := rapid.Uint64Range(0, 16).Draw(t, "limit")
 		running := rapid.Uint64Range(0, 20).Draw(t, "running")
 		engine := running + rapid.Uint64Range(0, 3).Draw(t, "not_counted")
+		c.SlotShare = rapid.Uint64Range(0, 16).Draw(t, "share")
+		own := rapid.Uint64Range(0, engine).Draw(t, "own")
 		l := &load.Load{InputTPS: tps, QueuedInputTokens: queued, RunningRequests: running, MaxEngineConcurrency: limit}
-		d := admission.Decide(c, expected, true, l, engine, 0)
+		d := admission.Decide(c, expected, true, l, admission.Slots{EngineRunning: engine, Own: own}, 0)
 		if d.ThresholdMs < expected+25 {
 			t.Fatalf("threshold %d below expected %d + 25", d.ThresholdMs, expected)
 		}
-		noSlot := c.RequireFreeSlot && expected == 0 && limit > 0 && engine >= limit
+		shareFull := c.RequireFreeSlot && expected == 0 && c.SlotShare > 0 && own >= c.SlotShare
+		noSlot := shareFull || c.RequireFreeSlot && expected == 0 && limit > 0 && engine >= limit
 		if d.NoFreeSlot != (noSlot && d.ActualMs <= d.ThresholdMs) {
 			t.Fatalf("NoFreeSlot %v, want %v: %+v", d.NoFreeSlot, noSlot, d)
+		}
+		if d.Share != (shareFull && d.ActualMs <= d.ThresholdMs) {
+			t.Fatalf("Share %v, want %v: %+v", d.Share, shareFull, d)
 		}
 		if (d.Result == admission.Rejected) != (noSlot || d.ActualMs > d.ThresholdMs) {
 			t.Fatalf("inconsistent decision %+v", d)

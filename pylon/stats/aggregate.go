@@ -217,7 +217,7 @@ func (a *Aggregate) AdmitDispatch(id string, priority uint32, inputTokens, expec
 	a.othersPQ = a.others.QueueEstimates[:0:cap(a.others.QueueEstimates)]
 	running := a.others.RunningRequests
 	a.withoutLaterDispatches(&a.others, from)
-	d := admission.Decide(c, expectedMs, hasExpected, &a.others, running, priority)
+	d := admission.Decide(c, expectedMs, hasExpected, &a.others, admission.Slots{EngineRunning: running, Own: uint64(len(a.reqs))}, priority)
 	if !d.Admit() {
 		return d
 	}

@@ -107,6 +107,33 @@ func TestAdmitFreeSlotWithoutLaterDispatches(t *testing.T) {
 	}
 }
 
+// With a slot share, the pylon refuses a request expected to queue 0 ms once its own live
+// requests fill the share, though the engine (limit 4, nothing else running) has room:
+// the other pylons in front of it may have filled the rest. A request the gateway expected
+// to queue is judged by the estimate alone; a request that ends frees its slot of the share.
+func TestAdmitSlotShare(t *testing.T) {
+	t.Parallel()
+	a := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 4, InitialInputTPS: 1000, PinInputTPS: true})
+	shared := on
+	shared.RequireFreeSlot, shared.SlotShare = true, 2
+	for _, id := range []string{"r1", "r2"} {
+		if d := a.Admit(id, 0, 100, 0, true, shared, t0); d.Result != admission.Accepted {
+			t.Fatalf("%s: %+v, want accepted within the share", id, d)
+		}
+	}
+	if d := a.Admit("r3", 0, 100, 0, true, shared, t0); d.Result != admission.Rejected || !d.Share || d.Running != 2 || d.Concurrency != 2 {
+		t.Errorf("%+v, want rejected: the share's 2 slots taken", d)
+	}
+	if d := a.Admit("r4", 0, 100, 1000, true, shared, t0); d.Result != admission.Accepted {
+		t.Errorf("%+v, want a queue priced in accepted", d)
+	}
+	a.Finish("r1", 1, 0, t0)
+	a.Finish("r4", 1, 0, t0)
+	if d := a.Admit("r5", 0, 100, 0, true, shared, t0); d.Result == admission.Rejected {
+		t.Errorf("%+v, want a freed slot of the share taken", d)
+	}
+}
+
 // A gateway that restarts with the same id counts its dispatches from 1 again: they are
 // not taken for late ones of the old numbering.
 func TestAdmitAfterGatewayRestart(t *testing.T) {
