@@ -120,8 +120,9 @@ func (c Config) Threshold(expectedMs uint64) uint64 {
 
 // Decide checks a request of the given priority against others, the load of every live
 // request of the model EXCLUDING the incoming one, as the gateway could have known it,
-// and slots the running and own live requests besides this one (see Slots). expectedMs is the gateway's x-stargate-expected-queue-ms; hasExpected is false when the
-// header was missing or bad.
+// and slots the running and own live requests besides this one (see Slots). expectedMs
+// is the gateway's x-stargate-expected-queue-ms; hasExpected is false when the header was
+// missing or bad.
 //
 // The local estimate is 0 when the free-slot rule holds (a known engine limit above the
 // live requests other than this one); otherwise it is others' queue estimate for the
