@@ -362,7 +362,7 @@ func TestSlotShareWithinCluster(t *testing.T) {
 			want  []string
 		}{{share: 2, want: []string{"a2", "a2", "a2"}}, {share: 0, want: []string{"a1", "a2", "a1"}}} {
 			f := setup(tc.share)
-			var got []string
+			got := make([]string, 0, 3)
 			for range 2 { // unkeyed: round-robin
 				out := <-f.route(pon, 10, nil).Mailbox
 				got = append(got, out.BackendID)

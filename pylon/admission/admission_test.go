@@ -159,24 +159,29 @@ func TestDecideSlotShare(t *testing.T) {
 		want     admission.Decision
 	}{
 		"share full, engine free": {
-			shared, 0, admission.Slots{EngineRunning: 5, Own: 4},
+			shared, 0,
+			admission.Slots{EngineRunning: 5, Own: 4},
 			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Share: true, Running: 4, Concurrency: 4},
 		},
 		"share free": {shared, 0, admission.Slots{EngineRunning: 5, Own: 3}, admission.Decision{Result: admission.Accepted, ThresholdMs: 25}},
 		"share free, engine full": {
-			shared, 0, admission.Slots{EngineRunning: 8, Own: 3},
+			shared, 0,
+			admission.Slots{EngineRunning: 8, Own: 3},
 			admission.Decision{Result: admission.Rejected, ThresholdMs: 25, NoFreeSlot: true, Running: 8, Concurrency: 8},
 		},
 		"a queue priced in": {
-			shared, 10, admission.Slots{EngineRunning: 5, Own: 6},
+			shared, 10,
+			admission.Slots{EngineRunning: 5, Own: 6},
 			admission.Decision{Result: admission.Accepted, ExpectedMs: 10, ThresholdMs: 35},
 		},
 		"no share": {
-			func() admission.Config { c := shared; c.SlotShare = 0; return c }(), 0, admission.Slots{EngineRunning: 5, Own: 5},
+			func() admission.Config { c := shared; c.SlotShare = 0; return c }(), 0,
+			admission.Slots{EngineRunning: 5, Own: 5},
 			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
 		},
 		"free slot not required": {
-			func() admission.Config { c := shared; c.RequireFreeSlot = false; return c }(), 0, admission.Slots{EngineRunning: 5, Own: 4},
+			func() admission.Config { c := shared; c.RequireFreeSlot = false; return c }(), 0,
+			admission.Slots{EngineRunning: 5, Own: 4},
 			admission.Decision{Result: admission.Accepted, ThresholdMs: 25},
 		},
 	} {
