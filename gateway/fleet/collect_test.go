@@ -1,8 +1,6 @@
 package fleet_test
 
 import (
-	"log/slog"
-	"net/url"
 	"runtime"
 	"strconv"
 	"testing"
@@ -10,10 +8,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
@@ -38,19 +34,7 @@ type rig struct {
 // (no minimum) and targets are collected DefaultCollectGrace after their last backend left.
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	logger := slog.New(slog.DiscardHandler)
-	sys := actors.NewSystem(logger)
-	dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: nopObserver{}, Seed: 1})
-	f := fleet.New(fleet.Deps{
-		Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
-		NewClient:        func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
-		DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond,
-	})
-	t.Cleanup(func() {
-		f.Stop()
-		dir.Stop()
-		time.Sleep(time.Minute) // let protoactor's throttle goroutines finish (virtual time)
-	})
+	sys, dir, f := fleet.NewTestFleet(t)
 	return &rig{sys: sys, dir: dir, fleet: f}
 }
 

@@ -16,9 +16,10 @@ import (
 	"github.com/switchyard/switchyard/internal/wire"
 )
 
-// newInternalFleet returns a fleet and its directory in their own actor system, without
-// probes, stopped when the test ends (call it inside a synctest bubble).
-func newInternalFleet(t *testing.T) (*actor.ActorSystem, *dispatch.Directory, *Fleet) {
+// NewTestFleet (for this package's tests, internal and external) returns a fleet and its
+// directory in their own actor system, without probes, stopped when the test ends (call it
+// inside a synctest bubble). Backends expire after 3 heartbeats (no minimum).
+func NewTestFleet(t *testing.T) (*actor.ActorSystem, *dispatch.Directory, *Fleet) {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	sys := actors.NewSystem(logger)
@@ -46,7 +47,7 @@ func (quietObserver) Parked(dispatch.Target, int)               {}
 // with a fresh actor, routed again.
 func TestFailedBackendActorLeavesUntilItRegistersAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sys, dir, f := newInternalFleet(t)
+		sys, dir, f := NewTestFleet(t)
 		reg := wire.Registration{ID: "p1", URL: "http://127.0.0.1:18080", ClusterID: "c1", HeartbeatMs: 60_000, Models: map[string]wire.Model{
 			"a": {Status: wire.StatusActive, Generation: 1, Stats: wire.Stats{LastMeanInputTPS: 1000, MaxEngineConcurrency: 4}},
 		}}

@@ -19,7 +19,7 @@ func TestRegisteredSlotShareRoutes(t *testing.T) {
 		want  string
 	}{{share: 2, want: "p2"}, {share: 0, want: "p1"}} {
 		synctest.Test(t, func(t *testing.T) {
-			sys, dir, f := newInternalFleet(t)
+			sys, dir, f := NewTestFleet(t)
 			for _, b := range []struct {
 				id  string
 				own uint64
