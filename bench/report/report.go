@@ -36,6 +36,9 @@ type Meta struct {
 	Backends       int    `json:"backends,omitempty"`
 	Clusters       int    `json:"clusters,omitempty"`
 	Gateways       int    `json:"gateways,omitempty"`
+	// Replicas are the gateway replica counts of a replica comparison, one run of each
+	// algorithm per count (Gateways is then 0).
+	Replicas []int `json:"replicas,omitempty"`
 	// ClientSpread is "affinity-key" when the driver sent each affinity key to one
 	// gateway replica (empty: round-robin over the replicas).
 	ClientSpread string   `json:"client_spread,omitempty"`
@@ -65,6 +68,11 @@ func backendLabel(profiles map[string]string, id string) string {
 type Run struct {
 	Summary score.Summary  `json:"summary"`
 	Records []score.Record `json:"records"`
+	// Base and Gateways are set on the runs of a replica comparison (bench run
+	// --replicas): the scenario's algorithm label the run is of (Summary.Algorithm is
+	// "Base@Gateways") and the gateway replicas it ran with.
+	Base     string `json:"base,omitempty"`
+	Gateways int    `json:"gateways,omitempty"`
 }
 
 // Report is a whole bench report.
@@ -210,7 +218,11 @@ func Markdown(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintf(w, "- Seed %d, %d requests, max concurrency %d", r.Seed, r.Requests, r.MaxConcurrency)
 	if r.Backends > 0 {
-		fmt.Fprintf(w, ", %d backends in %d clusters behind %d gateway(s)", r.Backends, r.Clusters, r.Gateways)
+		if len(r.Replicas) > 0 {
+			fmt.Fprintf(w, ", %d backends in %d clusters behind %s gateway(s), one run per count", r.Backends, r.Clusters, joinInts(r.Replicas))
+		} else {
+			fmt.Fprintf(w, ", %d backends in %d clusters behind %d gateway(s)", r.Backends, r.Clusters, r.Gateways)
+		}
 		if r.ClientSpread != "" {
 			fmt.Fprintf(w, " (clients spread over them by %s)", r.ClientSpread)
 		}
@@ -243,6 +255,7 @@ func Markdown(w io.Writer, r *Report) error {
 	fmt.Fprintf(w, "### All figures\n\n")
 	table(w, summaryHeader, rows)
 	markdownExpect(w, r.Expectations)
+	markdownReplicas(w, r.Runs)
 	markdownTTFTEstimate(w, r.Runs)
 
 	if len(r.Charts) > 0 {
@@ -311,4 +324,60 @@ func Table(w io.Writer, runs []Run) error {
 		return err //nolint:wrapcheck // the writer's own error
 	}
 	return tableTTFTEstimate(w, runs)
+}
+
+// joinInts is "1, 2, 4".
+func joinInts(v []int) string {
+	parts := make([]string, 0, len(v))
+	for _, n := range v {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// markdownReplicas writes the replica comparison: for each algorithm, its runs with each
+// gateway replica count against its first run (the first count), nothing when the runs
+// are not a replica comparison.
+func markdownReplicas(w io.Writer, runs []Run) {
+	first := map[string]*score.Summary{}
+	var rows [][]string
+	for i := range runs {
+		r := &runs[i]
+		if r.Base == "" {
+			continue
+		}
+		s := &r.Summary
+		base, ok := first[r.Base]
+		if !ok {
+			first[r.Base], base = s, s
+		}
+		rows = append(rows, []string{
+			r.Base, strconv.Itoa(r.Gateways), ms(s.TTFT.P95), ratio(s.TTFT.P95, base.TTFT.P95),
+			optPct(s.Cache.HitRate), points(s.Cache.HitRate, base.Cache.HitRate), strconv.Itoa(s.EngineQueued),
+			num(s.Counters.AdmissionDecisions["rejected"]), fmt.Sprintf("%d/%d", s.Successes, s.Requests),
+		})
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## Gateway replicas\n\n")
+	fmt.Fprintf(w, "Each algorithm ran once per replica count, the counts one after another; each run is compared with the algorithm's run with the first count.\n\n")
+	table(w, []string{"Algorithm", "Gateways", "P95 TTFT", "vs first", "Cache Hit Rate", "vs first", "Engine Queued", "Pylon Rejected", "Success"}, rows)
+}
+
+// ratio is v/base as "1.03×" ("n/a" without a base).
+func ratio(v, base time.Duration) string {
+	if base <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", float64(v)/float64(base))
+}
+
+// points is the difference v − base in percentage points, "+0.4 pt" ("n/a" when either
+// is unknown).
+func points(v, base *float64) string {
+	if v == nil || base == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%+.1f pt", 100*(*v-*base))
 }

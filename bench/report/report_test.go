@@ -203,3 +203,42 @@ func TestMarkdownClientSpread(t *testing.T) {
 		}
 	}
 }
+
+// A replica comparison's report has a table of each algorithm's runs against its run with
+// the first count: TTFT p95 as a ratio, cache hits in points; other reports have none.
+func TestMarkdownReplicas(t *testing.T) {
+	t.Parallel()
+	var plain bytes.Buffer
+	if err := report.Markdown(&plain, fixture()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain.String(), "## Gateway replicas") {
+		t.Error("a report without replica runs has a replica table")
+	}
+
+	r := fixture()
+	r.Gateways, r.Replicas = 0, []int{1, 4}
+	one, four := r.Runs[0], r.Runs[0]
+	one.Base, one.Gateways, one.Summary.Algorithm = "round-robin", 1, "round-robin@1"
+	four.Base, four.Gateways, four.Summary.Algorithm = "round-robin", 4, "round-robin@4"
+	one.Summary.TTFT.P95, four.Summary.TTFT.P95 = 200*time.Millisecond, 210*time.Millisecond
+	h1, h4 := 0.5, 0.48
+	one.Summary.Cache.HitRate, four.Summary.Cache.HitRate = &h1, &h4
+	one.Summary.EngineQueued, four.Summary.EngineQueued = 0, 3
+	r.Runs = []report.Run{one, four}
+	var md bytes.Buffer
+	if err := report.Markdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	out := md.String()
+	for _, want := range []string{
+		"behind 1, 4 gateway(s), one run per count",
+		"## Gateway replicas",
+		"| round-robin | 1 | 200.0 ms | 1.00× | 50.0 % | +0.0 pt | 0 |",
+		"| round-robin | 4 | 210.0 ms | 1.05× | 48.0 % | -2.0 pt | 3 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -46,6 +46,48 @@ type Options struct {
 	ReadyTimeout time.Duration
 	Progress     Progress
 	Logger       *slog.Logger
+	// Replicas, when set, runs every selected algorithm once per gateway replica count
+	// (stargates.count overridden), an algorithm's counts one after another, so that each
+	// count's run is compared with a run taken just before it. The runs are labelled
+	// NAME@N and the scenario's expect checks, which name the plain algorithms, are not
+	// evaluated.
+	Replicas []int
+}
+
+// planned is one fleet run: an algorithm (relabelled in a replica comparison) on a
+// scenario (a copy with its own stargates.count in one).
+type planned struct {
+	s        *scenario.Scenario
+	a        scenario.Algorithm
+	base     string
+	gateways int
+}
+
+// plan lists the runs of algs on s: one per algorithm, or one per algorithm and replica
+// count, an algorithm's counts in a row.
+func plan(s *scenario.Scenario, algs []scenario.Algorithm, replicas []int) []planned {
+	if len(replicas) == 0 {
+		out := make([]planned, 0, len(algs))
+		for _, a := range algs {
+			out = append(out, planned{s: s, a: a})
+		}
+		return out
+	}
+	scens := make([]*scenario.Scenario, 0, len(replicas))
+	for _, n := range replicas {
+		c := *s
+		c.Stargates.Count = &n
+		scens = append(scens, &c)
+	}
+	out := make([]planned, 0, len(algs)*len(replicas))
+	for _, a := range algs {
+		for i, n := range replicas {
+			v := a
+			v.Name = fmt.Sprintf("%s@%d", a.Name, n)
+			out = append(out, planned{s: scens[i], a: v, base: a.Name, gateways: n})
+		}
+	}
+	return out
 }
 
 // SelectAlgorithms returns the scenario's algorithms named in names (all when empty),
@@ -118,17 +160,29 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		Backends: len(top.Backends), Clusters: len(top.Clusters), Gateways: s.GatewayCount(), ClientSpread: clientSpread(s),
 		TimeScale: timeScale(o.TimeScale), Ignored: s.Ignored(), Profiles: profiles(&top),
 	}}
-	for i := range algs {
-		a := &algs[i]
-		run, err := runOne(ctx, &o, a, &m, log)
-		if err != nil {
-			rep.Expectations = evaluate(s, rep.Runs)
-			return rep, fmt.Errorf("algorithm %s: %w", a.Name, err)
+	if len(o.Replicas) > 0 {
+		rep.Gateways, rep.Replicas, rep.ClientSpread = 0, o.Replicas, ""
+		if s.SpreadByAffinityKey() {
+			rep.ClientSpread = scenario.ClientSpreadAffinityKey
 		}
+	}
+	expect := func() []score.Outcome {
+		if len(o.Replicas) > 0 {
+			return nil
+		}
+		return evaluate(s, rep.Runs)
+	}
+	for _, p := range plan(s, algs, o.Replicas) {
+		run, err := runOne(ctx, &o, p.s, &p.a, &m, log)
+		if err != nil {
+			rep.Expectations = expect()
+			return rep, fmt.Errorf("algorithm %s: %w", p.a.Name, err)
+		}
+		run.Base, run.Gateways = p.base, p.gateways
 		rep.Runs = append(rep.Runs, run)
 	}
 	rep.Charts = report.Charts(rep.Runs)
-	rep.Expectations = evaluate(s, rep.Runs)
+	rep.Expectations = expect()
 	return rep, nil
 }
 
@@ -148,8 +202,7 @@ func timeScale(f float64) float64 {
 	return f
 }
 
-func runOne(ctx context.Context, o *Options, a *scenario.Algorithm, m *scenario.Manifest, log *slog.Logger) (report.Run, error) {
-	s := o.Scenario
+func runOne(ctx context.Context, o *Options, s *scenario.Scenario, a *scenario.Algorithm, m *scenario.Manifest, log *slog.Logger) (report.Run, error) {
 	log.Info("fleet_starting", "algorithm", a.Name)
 	f, err := fleet.Launch(ctx, s, a, fleet.Options{
 		Bin: o.Bin, TimeScale: o.TimeScale, Seed: o.Seed, ReadyTimeout: o.ReadyTimeout,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -90,12 +91,42 @@ type runCmd struct {
 	scenarioFlags
 	Algorithms   []string      `sep:"," help:"Only these algorithms (labels from the scenario), comma-separated."`
 	Grid         []string      `sep:"none" placeholder:"FIELD=V1,V2,..." help:"Run the one algorithm named by --algorithms once per combination of these values of its model entry's fields (repeatable), as bench simulate --grid does; the scenario's expect checks are skipped."`
+	Replicas     []int         `sep:"," placeholder:"N" help:"Run every algorithm once per gateway replica count (stargates.count overridden, e.g. 1,2,4), an algorithm's counts one after another; runs are labelled NAME@N, the report compares each count with the first (TTFT p95 ratio, cache-hit points, engine queued), and the scenario's expect checks are skipped."`
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"30s" help:"How long each fleet may take to become routable."`
 	Expect       bool          `default:"true" negatable:"" help:"Exit 1 when a check of the scenario's expect section is missed (--no-expect: report the checks, exit 0)."`
 }
 
-func (c *runCmd) Validate() error { return c.validate() }
+func (c *runCmd) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return validReplicas(c.Replicas, len(c.Grid) > 0)
+}
+
+// maxReplicas bounds --replicas: each replica is a gateway process every pylon registers
+// with, on the one machine the bench runs on.
+const maxReplicas = 16
+
+// validReplicas checks --replicas: counts 1..maxReplicas, each once, and not with --grid
+// (both relabel the runs).
+func validReplicas(counts []int, grid bool) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	if grid {
+		return errors.New("--replicas and --grid cannot be combined")
+	}
+	for i, n := range counts {
+		if n < 1 || n > maxReplicas {
+			return fmt.Errorf("--replicas: %d is not a replica count (1..%d)", n, maxReplicas)
+		}
+		if slices.Contains(counts[:i], n) {
+			return fmt.Errorf("--replicas: %d is given twice", n)
+		}
+	}
+	return nil
+}
 
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -127,7 +158,7 @@ func (c *runCmd) Run(common *cmdline.Flags) error {
 	rep, err := runner.Run(ctx, runner.Options{
 		Scenario: s, Seed: c.seed(s), TimeScale: c.TimeScale, Algorithms: algorithms, OutDir: out,
 		Bin: fleet.BinariesIn(c.BinDir), ReadyTimeout: c.ReadyTimeout, Progress: newProgress(os.Stderr),
-		Logger: logger,
+		Logger: logger, Replicas: c.Replicas,
 	})
 	if ctx.Err() != nil {
 		return errors.New("interrupted; every fleet process was stopped")

@@ -140,6 +140,29 @@ func TestOverheadValidatesContend(t *testing.T) {
 	}
 }
 
+// --replicas takes counts 1..maxReplicas, each once, and not with --grid.
+func TestRunValidatesReplicas(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		counts []int
+		grid   []string
+		ok     bool
+	}{
+		{nil, nil, true},
+		{[]int{1, 2, 4}, nil, true},
+		{[]int{maxReplicas}, nil, true},
+		{[]int{0, 2}, nil, false},
+		{[]int{maxReplicas + 1}, nil, false},
+		{[]int{2, 2}, nil, false},
+		{[]int{1, 2}, []string{"seed=a,b"}, false},
+	} {
+		err := (&runCmd{scenarioFlags: scenarioFlags{TimeScale: 1}, Replicas: tc.counts, Grid: tc.grid}).Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("--replicas %v (grid %v): err %v, want ok %v", tc.counts, tc.grid, err, tc.ok)
+		}
+	}
+}
+
 // Each bare proxy gets its own copy of the executable: the same bytes in a file of its
 // own, so its machine code is not the measuring client's nor another proxy's.
 func TestPrivateCopiesShareNoFileWithTheExecutable(t *testing.T) {
