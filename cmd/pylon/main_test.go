@@ -77,3 +77,35 @@ func TestDeployManifestArgs(t *testing.T) {
 		}
 	}
 }
+
+// --engine-slot-share (or its environment variable) reaches the admission config; the
+// default is no share.
+func TestEngineSlotShareFlag(t *testing.T) {
+	base := []string{"--upstream-http-base-url", "http://127.0.0.1:8090"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want uint64
+	}{
+		{"default", nil, nil, 0},
+		{"flag", []string{"--engine-slot-share", "6"}, nil, 6},
+		{"env", nil, map[string]string{"SWITCHYARD_PYLON_ENGINE_SLOT_SHARE": "12"}, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			c, err := parse(t, append(base, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.config().Admission.SlotShare; got != tc.want {
+				t.Errorf("slot share %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if _, err := parse(t, append(base, "--engine-slot-share", "-1")...); err == nil {
+		t.Error("--engine-slot-share -1 parsed")
+	}
+}
