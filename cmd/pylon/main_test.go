@@ -43,13 +43,7 @@ func TestEngineTimeoutAndStreamingFlags(t *testing.T) {
 		{"duration flag beats ms env", []string{"--first-output-timeout", "3s"}, map[string]string{"SWITCHYARD_PYLON_FIRST_OUTPUT_TIMEOUT_MS": "9000"}, 3 * time.Second, 30 * time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			c, err := parse(t, append(base, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := parseWithEnv(t, tc.env, append(base, tc.args...)...)
 			cfg := c.config()
 			if cfg.FirstOutputTimeout != tc.first || cfg.StreamIdleTimeout != tc.idle || cfg.RequireStreaming != tc.requireStreaming {
 				t.Errorf("first output %v, stream idle %v, require streaming %v; want %v, %v, %v",
@@ -93,13 +87,7 @@ func TestEngineSlotShareFlag(t *testing.T) {
 		{"env", nil, map[string]string{"SWITCHYARD_PYLON_ENGINE_SLOT_SHARE": "12"}, 12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			c, err := parse(t, append(base, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := parseWithEnv(t, tc.env, append(base, tc.args...)...)
 			if got := c.config().Admission.SlotShare; got != tc.want {
 				t.Errorf("slot share %d, want %d", got, tc.want)
 			}
@@ -108,4 +96,17 @@ func TestEngineSlotShareFlag(t *testing.T) {
 	if _, err := parse(t, append(base, "--engine-slot-share", "-1")...); err == nil {
 		t.Error("--engine-slot-share -1 parsed")
 	}
+}
+
+// parseWithEnv sets env for the test, then parses args, failing the test on an error.
+func parseWithEnv(t *testing.T, env map[string]string, args ...string) *cli {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	c, err := parse(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
