@@ -152,8 +152,11 @@ func TestPlan(t *testing.T) {
 	if pa := fleet.NewPlan(s, &noWait, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args; !slices.Contains(pa, "--prompt-wait=0s") {
 		t.Errorf("pylon_prompt_wait false: pylon args %q lack --prompt-wait=0s", pa)
 	}
-	if strings.Contains(py, "engine-slot-share") {
-		t.Errorf("pylon args %q: a cluster of one pylon gets no slot share", py)
+	on := true
+	withShares := s.Algorithms[0]
+	withShares.PylonQueueAdmission = &scenario.QueueAdmission{SlotShares: &on}
+	if pa := strings.Join(fleet.NewPlan(s, &withShares, "/tmp/lb.json", ports, fleet.Options{Bin: fleet.BinariesIn("bin")}).Pylons[0].Args, " "); strings.Contains(pa, "engine-slot-share") {
+		t.Errorf("pylon args %q: a cluster of one pylon gets no slot share", pa)
 	}
 	if strings.Contains(py, "require-free-slot") {
 		t.Errorf("pylon args %q: want the pylon's default free-slot rule", py)
@@ -184,17 +187,25 @@ func TestPlan(t *testing.T) {
 		!slices.Contains(p.Pylons[1].Args, "--upstream-http-base-url="+p.Engines[0].URL) || !slices.Contains(p.Pylons[1].Args, "--cluster-id=cluster-0") {
 		t.Errorf("grouped plan %+v", p)
 	}
-	// Each pylon of a grouped cluster fills its profile's share of the engine, unless the
-	// algorithm says otherwise; a cluster of one pylon gets no share (the earlier plan).
+	// Each pylon of a grouped cluster fills its profile's share of the engine when the
+	// algorithm asks for shares (not by default); a cluster of one pylon gets no share
+	// (the earlier plan).
+	hasShare := func(a string) bool { return strings.HasPrefix(a, "--engine-slot-share") }
 	for _, pl := range p.Pylons {
-		if !slices.Contains(pl.Args, "--engine-slot-share=6") {
-			t.Errorf("grouped pylon args %q lack --engine-slot-share=6", pl.Args)
+		if slices.ContainsFunc(pl.Args, hasShare) {
+			t.Errorf("default: grouped pylon args %q have a share", pl.Args)
 		}
 	}
-	noShares := s.Algorithms[0]
-	noShares.PylonQueueAdmission = &scenario.QueueAdmission{SlotShares: &off}
-	for _, pl := range fleet.NewPlan(s, &noShares, "/tmp/lb.json", ports, fleet.Options{}).Pylons {
-		if slices.ContainsFunc(pl.Args, func(a string) bool { return strings.HasPrefix(a, "--engine-slot-share") }) {
+	shares := s.Algorithms[0]
+	shares.PylonQueueAdmission = &scenario.QueueAdmission{SlotShares: &on}
+	for _, pl := range fleet.NewPlan(s, &shares, "/tmp/lb.json", ports, fleet.Options{}).Pylons {
+		if !slices.Contains(pl.Args, "--engine-slot-share=6") {
+			t.Errorf("slot_shares true: grouped pylon args %q lack --engine-slot-share=6", pl.Args)
+		}
+	}
+	shares.PylonQueueAdmission.SlotShares = &off
+	for _, pl := range fleet.NewPlan(s, &shares, "/tmp/lb.json", ports, fleet.Options{}).Pylons {
+		if slices.ContainsFunc(pl.Args, hasShare) {
 			t.Errorf("slot_shares false: pylon args %q have a share", pl.Args)
 		}
 	}

@@ -259,16 +259,31 @@ type QueueAdmission struct {
 	// false admits a request expected to queue 0 ms at an engine without a free slot,
 	// as the reference pylon does.
 	RequireFreeSlot *bool `yaml:"require_free_slot"`
-	// SlotShares (our extension; default true) gives each pylon of a cluster of several
-	// pylons its share of the shared engine's slots (--engine-slot-share = the profile's
-	// max_concurrent_requests; the engine's limit is that times the cluster's pylons).
-	// false runs them without, as the reference pylons run.
+	// SlotShares (our extension; default false, the pylon's default) gives each pylon of a
+	// cluster of several pylons its share of the shared engine's slots
+	// (--engine-slot-share = the profile's max_concurrent_requests; the engine's limit is
+	// that times the cluster's pylons). Unset or false runs them without, as the
+	// reference pylons run.
 	SlotShares *bool `yaml:"slot_shares"`
 }
 
 // Shares reports whether the pylons of a cluster of several get slot shares (SlotShares;
 // q may be nil).
-func (q *QueueAdmission) Shares() bool { return q == nil || q.SlotShares == nil || *q.SlotShares }
+func (q *QueueAdmission) Shares() bool { return q != nil && q.SlotShares != nil && *q.SlotShares }
+
+// SetSlotShares sets every algorithm's pylon_queue_admission.slot_shares to on (bench run
+// --slot-shares).
+func (s *Scenario) SetSlotShares(on bool) {
+	for i := range s.Algorithms {
+		a := &s.Algorithms[i]
+		q := QueueAdmission{}
+		if a.PylonQueueAdmission != nil {
+			q = *a.PylonQueueAdmission
+		}
+		q.SlotShares = &on
+		a.PylonQueueAdmission = &q
+	}
+}
 
 // GatewayCount returns stargates.count (default 1).
 func (s *Scenario) GatewayCount() int {

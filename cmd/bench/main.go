@@ -92,6 +92,7 @@ type runCmd struct {
 	Algorithms   []string      `sep:"," help:"Only these algorithms (labels from the scenario), comma-separated."`
 	Grid         []string      `sep:"none" placeholder:"FIELD=V1,V2,..." help:"Run the one algorithm named by --algorithms once per combination of these values of its model entry's fields (repeatable), as bench simulate --grid does; the scenario's expect checks are skipped."`
 	Replicas     []int         `sep:"," placeholder:"N" help:"Run every algorithm once per gateway replica count (stargates.count overridden, e.g. 1,2,4), an algorithm's counts one after another; runs are labelled NAME@N, the report compares each count with the first (TTFT p95 ratio, cache-hit points, engine queued), and the scenario's expect checks are skipped."`
+	SlotShares   *bool         `name:"slot-shares" negatable:"" help:"Give every pylon of a cluster of several pylons its share of the engine's slots (--engine-slot-share), for every algorithm, or (--no-slot-shares) none; unset: as each algorithm's pylon_queue_admission.slot_shares says (default none)."`
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"30s" help:"How long each fleet may take to become routable."`
 	Expect       bool          `default:"true" negatable:"" help:"Exit 1 when a check of the scenario's expect section is missed (--no-expect: report the checks, exit 0)."`
@@ -145,6 +146,9 @@ func (c *runCmd) Run(common *cmdline.Flags) error {
 	out := c.Out
 	if out == "" {
 		out = filepath.Join("out", scenario.Slug(s.Name))
+	}
+	if c.SlotShares != nil {
+		s.SetSlotShares(*c.SlotShares)
 	}
 	algorithms := c.Algorithms
 	if len(c.Grid) > 0 {

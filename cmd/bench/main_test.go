@@ -14,6 +14,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/bench/fleet"
+	"github.com/switchyard/switchyard/bench/scenario"
 	"github.com/switchyard/switchyard/bench/score"
 	"github.com/switchyard/switchyard/internal/cmdline"
 	"github.com/switchyard/switchyard/internal/cmdline/cmdlinetest"
@@ -316,6 +317,42 @@ func TestExpectErrIsTheExitStatus(t *testing.T) {
 		if c.Run.Expect != want {
 			t.Errorf("%v: Expect %v, want %v", argv, c.Run.Expect, want)
 		}
+	}
+}
+
+// --slot-shares is unset by default (each algorithm decides), and --slot-shares or
+// --no-slot-shares sets every algorithm's pylon_queue_admission.slot_shares.
+func TestRunSlotSharesFlag(t *testing.T) {
+	for args, want := range map[string]string{"": "unset", "--slot-shares": "true", "--no-slot-shares": "false"} {
+		var c cli
+		p, err := kong.New(&c, options(&c)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		argv := append([]string{"run", "--scenario", "demo"}, strings.Fields(args)...)
+		if _, err := p.Parse(argv); err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		got := "unset"
+		if c.Run.SlotShares != nil {
+			got = strconv.FormatBool(*c.Run.SlotShares)
+		}
+		if got != want {
+			t.Errorf("%v: slot shares %s, want %s", argv, got, want)
+		}
+	}
+	s := &scenario.Scenario{Algorithms: []scenario.Algorithm{{Name: "a"}, {Name: "b", PylonQueueAdmission: &scenario.QueueAdmission{RequireFreeSlot: new(bool)}}}}
+	s.SetSlotShares(true)
+	for _, a := range s.Algorithms {
+		if !a.PylonQueueAdmission.Shares() {
+			t.Errorf("%s: no slot shares after SetSlotShares(true)", a.Name)
+		}
+	}
+	if rf := s.Algorithms[1].PylonQueueAdmission.RequireFreeSlot; rf == nil || *rf {
+		t.Errorf("SetSlotShares changed require_free_slot: %v", rf)
+	}
+	if (&scenario.QueueAdmission{}).Shares() || (*scenario.QueueAdmission)(nil).Shares() {
+		t.Error("slot shares by default")
 	}
 }
 
