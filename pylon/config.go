@@ -272,6 +272,9 @@ func (c *Config) Validate() error {
 	if c.FullRegistrationInterval < 0 {
 		bad("full-registration-interval must be ≥ 0")
 	}
+	if c.Admission.SlotShare > 0 && (!c.Admission.Enabled || !c.Admission.RequireFreeSlot) {
+		bad("engine-slot-share is enforced by queue admission's free-slot rule: it needs --queue-admission and --queue-admission-require-free-slot")
+	}
 	if t := c.Admission.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t <= 0 {
 		bad("queue-admission-tolerance %v must be a finite value > 0", t)
 	}

@@ -267,9 +267,13 @@ type QueueAdmission struct {
 	SlotShares *bool `yaml:"slot_shares"`
 }
 
-// Shares reports whether the pylons of a cluster of several get slot shares (SlotShares;
-// q may be nil).
-func (q *QueueAdmission) Shares() bool { return q != nil && q.SlotShares != nil && *q.SlotShares }
+// Shares reports whether the pylons of a cluster of several get slot shares: SlotShares,
+// and the admission rule that enforces a share on (admission and its free-slot rule not
+// turned off; q may be nil).
+func (q *QueueAdmission) Shares() bool {
+	return q != nil && q.SlotShares != nil && *q.SlotShares &&
+		(q.Enabled == nil || *q.Enabled) && (q.RequireFreeSlot == nil || *q.RequireFreeSlot)
+}
 
 // SetSlotShares sets every algorithm's pylon_queue_admission.slot_shares to on (bench run
 // --slot-shares).

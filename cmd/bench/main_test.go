@@ -341,18 +341,26 @@ func TestRunSlotSharesFlag(t *testing.T) {
 			t.Errorf("%v: slot shares %s, want %s", argv, got, want)
 		}
 	}
-	s := &scenario.Scenario{Algorithms: []scenario.Algorithm{{Name: "a"}, {Name: "b", PylonQueueAdmission: &scenario.QueueAdmission{RequireFreeSlot: new(bool)}}}}
+	s := &scenario.Scenario{Algorithms: []scenario.Algorithm{{Name: "a"}, {Name: "b", PylonQueueAdmission: &scenario.QueueAdmission{MinDeltaMs: new(float64)}}}}
 	s.SetSlotShares(true)
 	for _, a := range s.Algorithms {
 		if !a.PylonQueueAdmission.Shares() {
 			t.Errorf("%s: no slot shares after SetSlotShares(true)", a.Name)
 		}
 	}
-	if rf := s.Algorithms[1].PylonQueueAdmission.RequireFreeSlot; rf == nil || *rf {
-		t.Errorf("SetSlotShares changed require_free_slot: %v", rf)
+	if md := s.Algorithms[1].PylonQueueAdmission.MinDeltaMs; md == nil || *md != 0 {
+		t.Errorf("SetSlotShares changed min_delta_ms: %v", md)
 	}
 	if (&scenario.QueueAdmission{}).Shares() || (*scenario.QueueAdmission)(nil).Shares() {
 		t.Error("slot shares by default")
+	}
+	// Not where the admission rule that enforces a share is off (the pylon would refuse
+	// to start).
+	off, on := false, true
+	for _, q := range []scenario.QueueAdmission{{SlotShares: &on, Enabled: &off}, {SlotShares: &on, RequireFreeSlot: &off}} {
+		if q.Shares() {
+			t.Errorf("%+v: slot shares without the free-slot rule", q)
+		}
 	}
 }
 
