@@ -33,3 +33,26 @@ func TestHermeticAdminListener(t *testing.T) {
 		}
 	})
 }
+
+// --enable-pprof serves Go's profiles on the admin listener, and only there; without it
+// /debug/pprof/ is not found.
+func TestHermeticAdminPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := pylon.DefaultConfig()
+			cfg.ModelNames, cfg.EnablePprof = []string{"dummy-model"}, on
+			h := newHermetic(t, cfg, mock.Config{})
+			defer h.close()
+			status, body, err := h.admin.Get(nil, "http://pylon-admin/debug/pprof/goroutine?debug=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := status == 200 && strings.Contains(string(body), "goroutine profile"); got != on {
+				t.Errorf("pprof %v: admin /debug/pprof/goroutine %d %.80s", on, status, body)
+			}
+			if status, body, err := h.client.Get(nil, "http://pylon/debug/pprof/goroutine?debug=1"); err != nil || strings.Contains(string(body), "goroutine profile") {
+				t.Errorf("pprof %v: the data listener served a profile: %v %d", on, err, status)
+			}
+		})
+	}
+}

@@ -54,6 +54,9 @@ type Config struct {
 	// AdminListenAddr serves /metrics, /healthz and /readyz; "" = no admin listener (the
 	// command line's default is 127.0.0.1:8101).
 	AdminListenAddr string
+	// EnablePprof serves Go's profiles under /debug/pprof/ on the admin listener
+	// (operators only: the admin listener has no authentication).
+	EnablePprof bool
 	UpstreamBaseURL string   // engine base URL (required)
 	ModelNames      []string // served models; empty = discover from GET /v1/models
 	Gateways        []string // gateway base URLs to register with

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/internal/headerset"
@@ -39,6 +40,10 @@ func (p *Pylon) serve(ctx *fasthttp.RequestCtx) {
 // serveAdmin is the admin listener's handler: /metrics, /healthz (the process runs),
 // /readyz (not draining) and /debug/engine (the engine's names, metrics scrape and canaries).
 func (p *Pylon) serveAdmin(ctx *fasthttp.RequestCtx) {
+	if p.cfg.EnablePprof && bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
+		pprofhandler.PprofHandler(ctx)
+		return
+	}
 	switch string(ctx.Path()) {
 	case "/metrics":
 		ctx.SetContentType(promtext.ContentType)

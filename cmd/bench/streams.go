@@ -32,7 +32,7 @@ type streamsCmd struct {
 	BinDir       string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	ReadyTimeout time.Duration `name:"ready-timeout" default:"20s" help:"How long the fleet may take to become routable."`
 	Logs         string        `placeholder:"DIR" help:"Keep the children's logs in DIR (default: a temporary directory, removed)."`
-	Profile      string        `placeholder:"DIR" help:"Run the gateway with --enable-pprof and save its heap and goroutine profiles, taken at the end of the memory sampling, in DIR (go tool pprof DIR/gateway-heap.pprof)."`
+	Profile      string        `placeholder:"DIR" help:"Run the gateway and the pylon with --enable-pprof and save their heap and goroutine profiles, taken at the end of the memory sampling, in DIR (go tool pprof DIR/gateway-heap.pprof, DIR/pylon-heap.pprof)."`
 }
 
 func (c *streamsCmd) Validate() error {
@@ -94,6 +94,7 @@ func (c *streamsCmd) Run() error {
 			return err
 		}
 		specs[0].Args = append(specs[0].Args, "--enable-pprof")
+		specs[1].Args = append(specs[1].Args, "--enable-pprof")
 	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
@@ -123,7 +124,8 @@ func (c *streamsCmd) Run() error {
 		}
 		openAtEnd, goPeak = open(), goMemOf(admins)
 		if c.Profile != "" {
-			saveProfiles(c.Profile, gatewayAdmin)
+			saveProfiles(c.Profile, "gateway", gatewayAdmin)
+			saveProfiles(c.Profile, "pylon", pylonAdmin)
 		}
 	})
 	if err != nil {
@@ -268,11 +270,12 @@ func raiseNoFile(need uint64) error {
 	return nil
 }
 
-// saveProfiles saves the gateway's heap and goroutine profiles in dir (reporting failures
-// on stderr: the measurement goes on without them).
-func saveProfiles(dir, admin string) {
+// saveProfiles saves a process's heap and goroutine profiles in dir as NAME-heap.pprof and
+// NAME-goroutine.pprof, from its admin listener (reporting failures on stderr: the
+// measurement goes on without them).
+func saveProfiles(dir, name, admin string) {
 	for _, p := range []struct{ file, path string }{
-		{"gateway-heap.pprof", "/debug/pprof/heap?gc=1"}, {"gateway-goroutine.pprof", "/debug/pprof/goroutine"},
+		{name + "-heap.pprof", "/debug/pprof/heap?gc=1"}, {name + "-goroutine.pprof", "/debug/pprof/goroutine"},
 	} {
 		status, body, err := fasthttp.GetTimeout(nil, "http://"+admin+p.path, 30*time.Second)
 		if err == nil && status != fasthttp.StatusOK {

@@ -32,7 +32,8 @@ type cli struct {
 	Tracing tracing.Flags `embed:""`
 
 	HTTPListenAddr               string        `name:"http-listen-addr" default:"127.0.0.1:8100" help:"Data path listen address: requests relayed from gateways and their /health probe."`
-	AdminListenAddr              string        `name:"admin-listen-addr" default:"127.0.0.1:8101" help:"Admin listen address: /metrics, /healthz and /readyz (empty = none)."`
+	AdminListenAddr              string        `name:"admin-listen-addr" default:"127.0.0.1:8101" help:"Admin listen address: /metrics, /healthz, /readyz, /debug/engine and, with --enable-pprof, /debug/pprof (empty = none). It has no authentication: keep it on loopback or a private address."`
+	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on the admin listener (operators only; off by default)."`
 	UpstreamHTTPBaseURL          string        `name:"upstream-http-base-url" required:"" help:"Engine base URL, e.g. http://127.0.0.1:8090."`
 	ModelName                    []string      `name:"model-name" sep:"," help:"Served model (repeatable); omitted = discover from GET /v1/models."`
 	Gateway                      []string      `name:"gateway" sep:"," help:"A gateway's admin URL to register with, e.g. http://127.0.0.1:8001 (repeatable)."`
@@ -132,7 +133,7 @@ func (c *cli) config() pylon.Config {
 	cfg.LocalConnectFailuresRetryable, cfg.DiscoveryPollInterval, cfg.DrainTimeout = c.LocalConnectFailRetryable, c.ModelDiscoveryPoll, c.DrainTimeout
 	cfg.ControlToken, cfg.ControlTokenFile, cfg.MetricsPrefix, cfg.MaxRequestBodyBytes = c.ControlToken, c.ControlTokenFile, c.MetricsPrefix, c.MaxRequestBodyBytes
 	cfg.MetricsReferenceNames = c.MetricsReferenceNames
-	cfg.AdminListenAddr = c.AdminListenAddr
+	cfg.AdminListenAddr, cfg.EnablePprof = c.AdminListenAddr, c.EnablePprof
 	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = c.FirstOutputTimeout, c.StreamIdleTimeout, c.RequireStreaming
