@@ -56,7 +56,7 @@ type Config struct {
 	AdminListenAddr string
 	// EnablePprof serves Go's profiles under /debug/pprof/ on the admin listener
 	// (operators only: the admin listener has no authentication).
-	EnablePprof bool
+	EnablePprof     bool
 	UpstreamBaseURL string   // engine base URL (required)
 	ModelNames      []string // served models; empty = discover from GET /v1/models
 	Gateways        []string // gateway base URLs to register with
