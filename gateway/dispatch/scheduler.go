@@ -574,28 +574,20 @@ func (s *Scheduler) pickBackend(cluster string, p *Pending) (string, bool) {
 			return s.keyedBackend(info.backends, p)
 		}
 	}
-	n := uint64(len(info.backends))
-	// Round-robin over the backends that have not failed for the request, those whose
-	// slot share is full (shareFull) last.
-	full := n // the first of them met, n: none
-	for k := range n {
-		id := info.backends[(info.next+k)%n]
-		if p.backendFailed(id) {
-			continue
-		}
-		if b := s.backends[id]; b != nil && b.shareFull() {
-			full = min(full, k)
-			continue
-		}
-		info.next += k + 1
-		return id, true
+	// Round-robin, backends whose slot share is full last.
+	k, ok := lb.RoundRobinBackend(info.backends, info.next, p.backendFailed, s.backendShareFull)
+	if !ok {
+		return "", false
 	}
-	if full < n {
-		id := info.backends[(info.next+full)%n]
-		info.next += full + 1
-		return id, true
-	}
-	return "", false
+	id := info.backends[(info.next+k)%uint64(len(info.backends))]
+	info.next += k + 1
+	return id, true
+}
+
+// backendShareFull reports that backend id's own requests fill its slot share (shareFull).
+func (s *Scheduler) backendShareFull(id string) bool {
+	b := s.backends[id]
+	return b != nil && b.shareFull()
 }
 
 // keyedBackend picks the backend of a keyed request (lb.KeyedBackend): the one its session

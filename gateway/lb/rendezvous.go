@@ -29,6 +29,27 @@ func LeadOrder(dst, backends []string, cluster string) []string {
 	return dst
 }
 
+// RoundRobinBackend picks the next of a cluster's backends in round-robin order from
+// start (taken modulo their number), skipping those failed reports and taking one that
+// full reports only when every other has failed or is full too. It returns the pick's
+// offset from start, so the caller's counter moves past it; false when every backend
+// failed.
+func RoundRobinBackend(backends []string, start uint64, failed, full func(id string) bool) (uint64, bool) {
+	n := uint64(len(backends))
+	firstFull := n // the offset of the first full one met; n: none
+	for k := range n {
+		id := backends[(start+k)%n]
+		if failed(id) {
+			continue
+		}
+		if !full(id) {
+			return k, true
+		}
+		firstFull = min(firstFull, k)
+	}
+	return firstFull, firstFull < n
+}
+
 // KeyedBackend picks, among a cluster's backends, the one that ranks first for the
 // session key by rendezvous hashing, skipping those failed reports — so a session's turns
 // meet at one pylon and engine, whichever replica routed them. When that backend is full
