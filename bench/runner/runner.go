@@ -157,14 +157,11 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	rep := &report.Report{Meta: report.Meta{
 		Scenario: s.Name, Description: s.Metadata.Description, ExpectedSignal: s.Metadata.ExpectedSignal,
 		Seed: o.Seed, Requests: s.RequestCount, MaxConcurrency: s.MaxConcurrency,
-		Backends: len(top.Backends), Clusters: len(top.Clusters), Gateways: s.GatewayCount(), ClientSpread: clientSpread(s),
+		Backends: len(top.Backends), Clusters: len(top.Clusters), Gateways: s.GatewayCount(), ClientSpread: clientSpread(s, s.GatewayCount()),
 		TimeScale: timeScale(o.TimeScale), Ignored: s.Ignored(), Profiles: profiles(&top),
 	}}
 	if len(o.Replicas) > 0 {
-		rep.Gateways, rep.Replicas, rep.ClientSpread = 0, o.Replicas, ""
-		if s.SpreadByAffinityKey() {
-			rep.ClientSpread = scenario.ClientSpreadAffinityKey
-		}
+		rep.Gateways, rep.Replicas, rep.ClientSpread = 0, o.Replicas, clientSpread(s, slices.Max(o.Replicas))
 	}
 	expect := func() []score.Outcome {
 		if len(o.Replicas) > 0 {
@@ -323,10 +320,10 @@ func Write(dir string, rep *report.Report) ([]string, error) {
 	return paths, errors.Join(errs...)
 }
 
-// clientSpread is the report's note of how clients spread over several gateways ("" with
-// one gateway or the default round-robin).
-func clientSpread(s *scenario.Scenario) string {
-	if s.GatewayCount() > 1 && s.SpreadByAffinityKey() {
+// clientSpread is the report's note of how clients spread over up to gateways gateways
+// ("" with one gateway or the default round-robin).
+func clientSpread(s *scenario.Scenario, gateways int) string {
+	if gateways > 1 && s.SpreadByAffinityKey() {
 		return scenario.ClientSpreadAffinityKey
 	}
 	return ""

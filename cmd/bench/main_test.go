@@ -305,34 +305,34 @@ func TestExpectErrIsTheExitStatus(t *testing.T) {
 		}
 	}
 	for args, want := range map[string]bool{"": true, "--no-expect": false, "--expect": true} {
-		var c cli
-		p, err := kong.New(&c, options(&c)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		argv := append([]string{"run", "--scenario", "demo"}, strings.Fields(args)...)
-		if _, err := p.Parse(argv); err != nil {
-			t.Fatalf("%v: %v", argv, err)
-		}
+		c, argv := parseRun(t, args)
 		if c.Run.Expect != want {
 			t.Errorf("%v: Expect %v, want %v", argv, c.Run.Expect, want)
 		}
 	}
 }
 
+// parseRun parses "run --scenario demo" and args (space-separated) as the command line,
+// returning the flags and the argv it parsed.
+func parseRun(t *testing.T, args string) (*cli, []string) {
+	t.Helper()
+	var c cli
+	p, err := kong.New(&c, options(&c)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"run", "--scenario", "demo"}, strings.Fields(args)...)
+	if _, err := p.Parse(argv); err != nil {
+		t.Fatalf("%v: %v", argv, err)
+	}
+	return &c, argv
+}
+
 // --slot-shares is unset by default (each algorithm decides), and --slot-shares or
 // --no-slot-shares sets every algorithm's pylon_queue_admission.slot_shares.
 func TestRunSlotSharesFlag(t *testing.T) {
 	for args, want := range map[string]string{"": "unset", "--slot-shares": "true", "--no-slot-shares": "false"} {
-		var c cli
-		p, err := kong.New(&c, options(&c)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		argv := append([]string{"run", "--scenario", "demo"}, strings.Fields(args)...)
-		if _, err := p.Parse(argv); err != nil {
-			t.Fatalf("%v: %v", argv, err)
-		}
+		c, argv := parseRun(t, args)
 		got := "unset"
 		if c.Run.SlotShares != nil {
 			got = strconv.FormatBool(*c.Run.SlotShares)
