@@ -176,7 +176,7 @@ func DefaultConfig() Config {
 		MinUpdateInterval: DefaultMinUpdateInterval, StatsUpdateCoalesce: DefaultStatsUpdateCoalesce, FullRegistrationInterval: DefaultFullRegistration,
 		GatewayDNSInterval: DefaultGatewayDNSInterval,
 		CanaryInterval:     DefaultCanaryInterval, CanaryTimeout: DefaultCanaryTimeout, CanaryThreshold: DefaultCanaryThreshold,
-		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance, RequireFreeSlot: true},
+		Admission:       admission.Config{Enabled: true, MinDeltaMs: admission.DefaultMinDeltaMs, Tolerance: admission.DefaultTolerance, RequireFreeSlot: true, SlotShareWait: admission.DefaultSlotShareWait},
 		UpstreamBackend: BackendPassthrough, PriorityCeiling: DefaultPriorityCeiling,
 		RetryableStatusCodes: []int{429, 503}, RequireUpstreamRetryHeader: true, UpstreamRetryHeader: DefaultUpstreamRetryHeader,
 		PropagateRetryAfter: true, MetricsPrefix: DefaultMetricsPrefix, DiscoveryPollInterval: DefaultDiscoveryPollInterval,
@@ -277,6 +277,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admission.SlotShare > 0 && (!c.Admission.Enabled || !c.Admission.RequireFreeSlot) {
 		bad("engine-slot-share is enforced by queue admission's free-slot rule: it needs --queue-admission and --queue-admission-require-free-slot")
+	}
+	if c.Admission.SlotShareWait < 0 {
+		bad("engine-slot-share-wait %v must not be negative", c.Admission.SlotShareWait)
 	}
 	if t := c.Admission.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t <= 0 {
 		bad("queue-admission-tolerance %v must be a finite value > 0", t)

@@ -1,7 +1,9 @@
 package pylon_test
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/pylon"
 )
@@ -20,5 +22,15 @@ func TestSlotShareNeedsFreeSlotRule(t *testing.T) {
 		if err := cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("share %d, admission %v, free-slot rule %v: %v, want ok=%v", tc.share, tc.enabled, tc.free, err, tc.ok)
 		}
+	}
+}
+
+// A negative wait is refused.
+func TestSlotShareWaitNotNegative(t *testing.T) {
+	cfg := pylon.DefaultConfig()
+	cfg.UpstreamBaseURL = "http://engine:80"
+	cfg.Admission.SlotShareWait = -time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "engine-slot-share-wait") {
+		t.Errorf("a negative wait: %v, want an error naming engine-slot-share-wait", err)
 	}
 }

@@ -1,6 +1,7 @@
 package pylon
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,6 +236,62 @@ type genActor struct {
 	onChange func()
 	alarm    *actors.Alarm
 	dirty    bool
+	// holds are the admitted requests held back from the engine while this pylon's own
+	// requests there fill its slot share, oldest first (see holdPastShare).
+	holds []heldRequest
+}
+
+// heldRequest is a request held back from the engine; closing release lets it go on.
+type heldRequest struct {
+	id      string
+	release chan struct{}
+}
+
+// holdPastShare holds the request id, just admitted, back from the engine when the
+// pylon's own requests there would exceed its slot share with it (a request the gateway
+// priced with a queue, or sent without an estimate): it then waits in the pylon, in
+// admission order, for one of them to finish (at most Config.SlotShareWait), instead of
+// pushing the engine past the concurrency the shares divide. It returns the channel closed
+// when the request may go on, or nil when it need not wait.
+func (a *genActor) holdPastShare(id string) chan struct{} {
+	if a.adm.SlotShare == 0 || a.adm.SlotShareWait <= 0 || a.agg.AtEngine() <= a.adm.SlotShare || !a.agg.Hold(id) {
+		return nil
+	}
+	h := heldRequest{id: id, release: make(chan struct{})}
+	a.holds = append(a.holds, h)
+	return h.release
+}
+
+// releaseHolds lets held requests go on, oldest first, while the share has room.
+func (a *genActor) releaseHolds() {
+	n := 0
+	for n < len(a.holds) && a.agg.AtEngine() < a.adm.SlotShare {
+		a.agg.Unhold(a.holds[n].id)
+		close(a.holds[n].release)
+		n++
+	}
+	if n > 0 {
+		a.holds = slices.Delete(a.holds, 0, n)
+	}
+}
+
+// dropHold ends the hold of a request whose wait ran out (it goes on to the engine).
+func (a *genActor) dropHold(id string) {
+	for i := range a.holds {
+		if a.holds[i].id == id {
+			a.agg.Unhold(id)
+			a.holds = slices.Delete(a.holds, i, i+1)
+			return
+		}
+	}
+}
+
+// releaseAllHolds lets every held request go on: the actor stops or failed.
+func (a *genActor) releaseAllHolds() {
+	for _, h := range a.holds {
+		close(h.release)
+	}
+	a.holds = nil
 }
 
 func (a *genActor) Receive(c actor.Context) {
@@ -258,12 +315,14 @@ func (a *genActor) Receive(c actor.Context) {
 		}
 		now := a.now()
 		d := a.agg.AdmitDispatch(m.id, m.priority, m.inputTokens, m.expectedMs, m.hasExpected, m.from, a.adm, now)
+		var hold chan struct{}
 		if d.Admit() {
+			hold = a.holdPastShare(m.id)
 			a.changed()
 		} else {
 			a.refresh(now) // the 429 carries x-pylon-load
 		}
-		m.reply <- reply{decision: d}
+		m.reply <- reply{decision: d, hold: hold}
 	case *responseStarted:
 		a.agg.ResponseStarted(m.id)
 		a.changed()
@@ -274,6 +333,7 @@ func (a *genActor) Receive(c actor.Context) {
 		a.changed()
 	case *finished:
 		a.agg.Finish(m.id, m.outputTokens, m.decode, m.at)
+		a.releaseHolds()
 		a.changed()
 	case *completed:
 		a.agg.ResponseStarted(m.id)
@@ -281,9 +341,13 @@ func (a *genActor) Receive(c actor.Context) {
 			a.agg.FirstOutput(m.id, m.at)
 		}
 		a.agg.Finish(m.id, m.outputTokens, 0, m.at)
+		a.releaseHolds()
 		a.changed()
 		a.refresh(m.at)
 		m.reply <- reply{}
+	case *holdExpired:
+		a.dropHold(m.id)
+		a.changed()
 	case *flush:
 		a.refresh(a.now())
 		m.reply <- reply{}
@@ -321,6 +385,7 @@ func (a *genActor) Receive(c actor.Context) {
 			a.alarm.Stop()
 		}
 	case *actor.Stopped:
+		a.releaseAllHolds()
 		l.stopped()
 	default:
 	}
@@ -391,6 +456,9 @@ type (
 		decision    admission.Decision
 		unavailable bool
 		failed      bool // with unavailable: the generation failed on this message (a bug)
+		// hold, for an admitted request held back from the engine, is closed when it may
+		// go on (nil: no wait); see genActor.holdPastShare.
+		hold chan struct{}
 	}
 	// responseStarted says the engine's response began (pooled in callMsgs).
 	responseStarted struct {
@@ -425,6 +493,8 @@ type (
 	updated struct{ update stats.Update }
 	// retire says the model is no longer served: the generation ends after RetireGrace.
 	retire struct{}
+	// holdExpired says a held request's wait ran out: it goes on to the engine.
+	holdExpired struct{ id string }
 )
 
 func (m *requestAdmitted) replyTo() chan reply { return m.reply }

@@ -180,6 +180,7 @@ func (a *genActor) fail(msg, reason any) {
 		default: // already answered
 		}
 	}
+	a.releaseAllHolds() // the next instance starts with a new aggregate, holding nothing
 	if a.alarm != nil {
 		a.alarm.Stop()
 	}

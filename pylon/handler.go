@@ -201,6 +201,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	p.inflight.Add(1)
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
+	p.waitShare(g, id, r.hold)
 	p.waitPrompt(ahead)
 
 	hasPriority := len(dh.priority) > 0

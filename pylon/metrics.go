@@ -61,7 +61,14 @@ const (
 	mPromptWaits       = "prompt_waits_total"
 	mPromptWaitSeconds = "prompt_wait_seconds"
 	mPromptsInflight   = "prompts_inflight"
-	mCanaryChecks      = "canary_checks_total"
+	// mShareHolds counts admitted requests held back from the engine while the pylon's own
+	// requests there filled its slot share (Admission.SlotShareWait), by outcome: released
+	// (one of them finished) or timeout; mShareHoldSeconds is how long they were held;
+	// mShareHeld is the number held now.
+	mShareHolds       = "slot_share_holds_total"
+	mShareHoldSeconds = "slot_share_hold_seconds"
+	mShareHeld        = "slot_share_held"
+	mCanaryChecks     = "canary_checks_total"
 )
 
 // The reference router's names of the series above whose units are not base units,
@@ -102,6 +109,10 @@ type pylonMetrics struct {
 	// prompt_wait_seconds.
 	promptCached, promptTimeout *metrics.Counter
 	promptWait                  *metrics.PrometheusHistogram
+	// shareReleased and shareTimeout are slot_share_holds_total by outcome; shareHold is
+	// slot_share_hold_seconds.
+	shareReleased, shareTimeout *metrics.Counter
+	shareHold                   *metrics.PrometheusHistogram
 }
 
 type outcomeKey struct {
@@ -118,6 +129,9 @@ func newPylonMetrics(prefix, id, version string, reference bool) *pylonMetrics {
 	m.promptCached = m.counter(mPromptWaits + `{outcome="` + promptWaitCached + `"}`)
 	m.promptTimeout = m.counter(mPromptWaits + `{outcome="` + promptWaitTimeout + `"}`)
 	m.promptWait = m.set.GetOrCreatePrometheusHistogramExt(prefix+mPromptWaitSeconds, promptWaitBuckets)
+	m.shareReleased = m.counter(mShareHolds + `{outcome="released"}`)
+	m.shareTimeout = m.counter(mShareHolds + `{outcome="timeout"}`)
+	m.shareHold = m.set.GetOrCreatePrometheusHistogramExt(prefix+mShareHoldSeconds, promptWaitBuckets)
 	m.zero()
 	return m
 }
@@ -134,6 +148,16 @@ func (m *pylonMetrics) promptWaited(d time.Duration, cached bool) {
 		m.promptTimeout.Inc()
 	}
 	m.promptWait.Update(d.Seconds())
+}
+
+// shareHeld records one request held back from the engine for its slot share.
+func (m *pylonMetrics) shareHeld(d time.Duration, released bool) {
+	if released {
+		m.shareReleased.Inc()
+	} else {
+		m.shareTimeout.Inc()
+	}
+	m.shareHold.Update(d.Seconds())
 }
 
 // upstreamTimedOut counts an engine connection the watchdog closed.

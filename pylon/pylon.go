@@ -123,6 +123,7 @@ type Pylon struct {
 	lookupHost func(ctx context.Context, host string) ([]string, error)
 	draining   atomic.Bool
 	inflight   atomic.Int64
+	held       atomic.Int64 // requests held back for the slot share now (slotshare.go)
 	// eng is what the pylon knows of the engine beyond the data path: served names,
 	// the metrics scrape's model mapping, canary outcomes (enginemodels.go).
 	eng engineState
@@ -157,6 +158,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		promptAtHeaders: cfg.PromptCachedAt == PromptCachedAtHeaders,
 	}
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mPromptsInflight, func() float64 { return float64(p.prompts.size()) })
+	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mShareHeld, func() float64 { return float64(p.held.Load()) })
 	if p.lookupHost == nil {
 		p.lookupHost = net.DefaultResolver.LookupHost
 	}

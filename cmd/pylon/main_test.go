@@ -8,6 +8,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/switchyard/switchyard/deploy/deploytest"
+	"github.com/switchyard/switchyard/pylon"
 )
 
 // parse parses args (and the environment) like main, without running or exiting.
@@ -81,17 +82,21 @@ func TestEngineSlotShareFlag(t *testing.T) {
 		args []string
 		env  map[string]string
 		want uint64
+		wait time.Duration
 	}{
-		{"default", nil, nil, 0},
-		{"flag", []string{"--engine-slot-share", "6"}, nil, 6},
-		{"env", nil, map[string]string{"SWITCHYARD_PYLON_ENGINE_SLOT_SHARE": "12"}, 12},
+		{"default", nil, nil, 0, 30 * time.Second},
+		{"flag", []string{"--engine-slot-share", "6", "--engine-slot-share-wait", "5s"}, nil, 6, 5 * time.Second},
+		{"env", nil, map[string]string{"SWITCHYARD_PYLON_ENGINE_SLOT_SHARE": "12", "SWITCHYARD_PYLON_ENGINE_SLOT_SHARE_WAIT": "0s"}, 12, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := parseWithEnv(t, tc.env, append(base, tc.args...)...)
-			if got := c.config().Admission.SlotShare; got != tc.want {
-				t.Errorf("slot share %d, want %d", got, tc.want)
+			if got := c.config().Admission; got.SlotShare != tc.want || got.SlotShareWait != tc.wait {
+				t.Errorf("slot share %d, wait %v; want %d, %v", got.SlotShare, got.SlotShareWait, tc.want, tc.wait)
 			}
 		})
+	}
+	if got := pylon.DefaultConfig().Admission.SlotShareWait; got != 30*time.Second {
+		t.Errorf("the library's default wait %v, want the flag's 30s", got)
 	}
 	if _, err := parse(t, append(base, "--engine-slot-share", "-1")...); err == nil {
 		t.Error("--engine-slot-share -1 parsed")

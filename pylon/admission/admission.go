@@ -6,14 +6,16 @@ package admission
 
 import (
 	"math"
+	"time"
 
 	"github.com/switchyard/switchyard/engines/load"
 )
 
-// Defaults of the admission tolerances.
+// Defaults of the admission tolerances, and of the wait past a slot share.
 const (
-	DefaultMinDeltaMs = 25
-	DefaultTolerance  = 1.25
+	DefaultMinDeltaMs    = 25
+	DefaultTolerance     = 1.25
+	DefaultSlotShareWait = 30 * time.Second
 )
 
 // Config is the admission policy.
@@ -38,6 +40,11 @@ type Config struct {
 	// add up to the engine's limit never fill it past that limit between them, however
 	// many gateways route to them. 0: the whole engine, by the engine's figures alone.
 	SlotShare uint64
+	// SlotShareWait bounds how long an admitted request that would take the pylon past its
+	// SlotShare (one the gateway priced with a queue, or sent without an estimate: its last
+	// attempt) waits in the pylon for one of its own requests at the engine to finish; it
+	// then goes on to the engine regardless. 0: no wait (the engine queues it).
+	SlotShareWait time.Duration
 }
 
 // Result classifies one admission decision (the metric label).

@@ -85,6 +85,7 @@ type request struct {
 	admittedAt  time.Time
 	dispatch    Dispatch // who dispatched it, in which order (see AdmitDispatch)
 	late        bool     // admitted after a later dispatch of the same gateway
+	held        bool     // held back from the engine: counted in Aggregate.held (see Hold)
 }
 
 type engineRequest struct {
@@ -104,6 +105,7 @@ type Aggregate struct {
 	generation uint64
 
 	reqs        map[string]request // by value: admitting a request allocates nothing
+	held        uint64             // live requests held back from the engine (see Hold)
 	count       [numPhases]uint64
 	tokens      [numPhases]uint64
 	pendingWork map[uint32]uint64 // Pending prompt work by priority
@@ -191,6 +193,36 @@ func (a *Aggregate) MaxEngineConcurrency() uint64 {
 
 // Live is the number of live requests.
 func (a *Aggregate) Live() int { return len(a.reqs) }
+
+// AtEngine is the number of live requests not held back (see Hold): relayed to the engine,
+// or on their way to it.
+func (a *Aggregate) AtEngine() uint64 { return uint64(len(a.reqs)) - a.held }
+
+// Hold marks a live request as held back from the engine, so that AtEngine leaves it out;
+// it stays a live, Pending request (its prompt work is queued work). It reports false for a
+// request that is not live or held already.
+func (a *Aggregate) Hold(id string) bool {
+	r, ok := a.reqs[id]
+	if !ok || r.held {
+		return false
+	}
+	r.held = true
+	a.reqs[id] = r
+	a.held++
+	return true
+}
+
+// Unhold ends a request's hold (it goes on to the engine); false when it was not held.
+func (a *Aggregate) Unhold(id string) bool {
+	r, ok := a.reqs[id]
+	if !ok || !r.held {
+		return false
+	}
+	r.held = false
+	a.reqs[id] = r
+	a.held--
+	return true
+}
 
 // PhaseCounts returns the count and prompt work of a phase (the tokens to prefill: a
 // request's input, or what its gateway expects uncached, see Dispatch).
@@ -299,6 +331,9 @@ func (a *Aggregate) Finish(id string, outputTokens uint64, decode time.Duration,
 		return
 	}
 	a.move(&r, numPhases)
+	if r.held {
+		a.held--
+	}
 	delete(a.reqs, id)
 	if er := a.engineReqs[id]; er != nil {
 		a.syncOwn(id, er)

@@ -134,6 +134,40 @@ func TestAdmitSlotShare(t *testing.T) {
 	}
 }
 
+// A request held back from the engine (Hold) stays live and queued, its prompt work in the
+// published queue, and counts in the share's own requests for admission, but not among
+// those at the engine; Unhold, or its end, takes it back out of the held count once.
+func TestHoldLeavesTheEngineCount(t *testing.T) {
+	t.Parallel()
+	a := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 4, InitialInputTPS: 1000, PinInputTPS: true})
+	shared := on
+	shared.RequireFreeSlot, shared.SlotShare = true, 2
+	a.Admit("r1", 0, 100, 0, true, shared, t0)
+	a.Admit("r2", 0, 100, 0, true, shared, t0)
+	a.Admit("r3", 0, 300, 1000, true, shared, t0)
+	if !a.Hold("r3") || a.Hold("r3") || a.Hold("gone") {
+		t.Fatal("Hold: want true for a live request, false held twice or for an unknown one")
+	}
+	if got := a.AtEngine(); got != 2 {
+		t.Errorf("AtEngine %d with one of 3 held, want 2", got)
+	}
+	if l := a.Load(t0); l.QueuedInputTokens != 500 || l.QueueSize != 3 {
+		t.Errorf("queued %d tokens in %d requests, want 500 in 3: the held request waits too", l.QueuedInputTokens, l.QueueSize)
+	}
+	if d := a.Admit("r4", 0, 100, 0, true, shared, t0); d.Result != admission.Rejected || !d.Share || d.Running != 3 {
+		t.Errorf("%+v, want rejected: the share's slots taken, the held request counted", d)
+	}
+	if !a.Unhold("r3") || a.Unhold("r3") || a.AtEngine() != 3 {
+		t.Errorf("Unhold: want true once, then false; AtEngine %d, want 3", a.AtEngine())
+	}
+	a.Hold("r3")
+	a.Finish("r3", 1, 0, t0)
+	a.Finish("r1", 1, 0, t0)
+	if got := a.AtEngine(); got != 1 || a.Live() != 1 {
+		t.Errorf("AtEngine %d, live %d after a held request and another ended, want 1 and 1", got, a.Live())
+	}
+}
+
 // A gateway that restarts with the same id counts its dispatches from 1 again: they are
 // not taken for late ones of the old numbering.
 func TestAdmitAfterGatewayRestart(t *testing.T) {
