@@ -26,6 +26,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/valyala/fasthttp"
+	"github.com/zeebo/xxh3"
 
 	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/dispatch"
@@ -174,7 +175,8 @@ type Config struct {
 	// request answered with a status other than 2xx. Both off by default (accesslog.go).
 	AccessLogSample float64
 	AccessLogErrors bool
-	Seed            uint64
+	// Seed seeds the balancers' randomness, mixed with GatewayID (replicaSeed).
+	Seed uint64
 }
 
 func (c *Config) withDefaults() Config {
@@ -396,7 +398,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.limits = wire.Limits{MaxModels: cfg.MaxModelsPerBackend, MaxBodyBytes: cfg.MaxAdminBodyBytes}
 	g.ack, _ = json.Marshal(wire.RegistrationAck{GatewayID: cfg.GatewayID, HeartbeatMs: uint64(max(cfg.Heartbeat.Milliseconds(), 0)), LoadUpdates: true})
 	g.dir = dispatch.NewDirectory(g.sys, dispatch.Deps{
-		Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: cfg.Seed, CollectGrace: cfg.TargetCollectGrace,
+		Now: deps.Now, Logger: g.log, Observer: g.metrics, Seed: replicaSeed(cfg.Seed, cfg.GatewayID), CollectGrace: cfg.TargetCollectGrace,
 		MaxEjectionPercent: cfg.OutlierMaxEjectionPercent, ClusterBackends: cfg.ClusterBackends,
 	})
 	outlier, onEjected := g.setUpHealth()
@@ -651,4 +653,14 @@ func (g *Gateway) watchLBConfig(ctx context.Context) {
 // newRequestID generates an x-request-id for clients that send none.
 func (g *Gateway) newRequestID() string {
 	return g.idPrefix + strconv.FormatUint(g.idSeq.Add(1), 10)
+}
+
+// replicaSeed is the seed of this replica's balancers: --seed mixed with the replica's
+// gateway id. Replicas started with the same --seed (by default all of them: 0) would
+// otherwise draw the same random sequence, and with clients spread evenly over them
+// they would sample the same candidates at about the same moments (power-of-n) and break
+// ties alike, herding onto the same backends. One replica with a fixed id and seed still
+// draws the same sequence on every start.
+func replicaSeed(seed uint64, gatewayID string) uint64 {
+	return seed ^ xxh3.HashString(gatewayID)
 }

@@ -73,7 +73,7 @@ type cli struct {
 	AccessLogErrors              bool          `name:"access-log-errors" help:"Also write every request answered with a status other than 2xx to the access log, whatever --access-log-sample says."`
 	EnablePprof                  bool          `name:"enable-pprof" help:"Serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (operators only; off by default)."`
 	RawSocketIO                  bool          `name:"raw-socket-io" default:"true" negatable:"" help:"Read and write the client, admin and pylon connections with raw syscalls on Linux, sparing the Go runtime's syscall bookkeeping (it wakes the sysmon thread on the first read or write after an idle spell); --no-raw-socket-io uses net.Conn's own calls, as fasthttp does by default. Timeouts and deadlines work the same either way."`
-	Seed                         uint64        `help:"Seed of the balancers' randomness." default:"0"`
+	Seed                         uint64        `help:"Seed of the balancers' randomness (samples, tie-breaks), mixed with --gateway-id so that replicas draw different sequences; a replica with a fixed --gateway-id and --seed draws the same one on every start." default:"0"`
 	// The public and admin listeners' connection limits (each listener has its own cap).
 	Limits httpserver.Flags `embed:""`
 
