@@ -108,6 +108,9 @@ func NewPlan(s *scenario.Scenario, a *scenario.Algorithm, lbConfigPath string, p
 				"--http-listen-addr=127.0.0.1:" + strconv.Itoa(pt),
 				"--admin-listen-addr=127.0.0.1:" + strconv.Itoa(admin),
 				"--lb-config-path=" + lbConfigPath,
+				// A fixed id per replica: its balancers' random draws (seeded with it) repeat
+				// from run to run, and differ from the other replicas'.
+				"--gateway-id=gateway-" + strconv.Itoa(i),
 			},
 		})
 		if a.ClusterBackends != "" {

@@ -127,6 +127,10 @@ func TestPlan(t *testing.T) {
 	if p.Gateways[1].URL != "http://127.0.0.1:9006" || p.Gateways[1].AdminURL != "http://127.0.0.1:9007" || !slices.Contains(p.Gateways[0].Args, "--lb-config-path=/tmp/lb.json") {
 		t.Errorf("gateway %+v", p.Gateways)
 	}
+	// Each replica has its own fixed id, which seeds its balancers' draws.
+	if !slices.Contains(p.Gateways[0].Args, "--gateway-id=gateway-0") || !slices.Contains(p.Gateways[1].Args, "--gateway-id=gateway-1") {
+		t.Errorf("gateway ids: %v, %v", p.Gateways[0].Args, p.Gateways[1].Args)
+	}
 	py := strings.Join(p.Pylons[2].Args, " ")
 	for _, want := range []string{
 		"--upstream-http-base-url=http://127.0.0.1:9002", "--inference-server-id=backend-2", "--cluster-id=backend-2",
