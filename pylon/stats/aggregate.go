@@ -625,13 +625,13 @@ type combined struct {
 
 // combineEngine merges the engine's view with the pylon's own:
 //
-//   - running requests: the maximum of the pylon's live requests, the requests the
-//     engine's stats stream shows running (streamRunning) plus the pylon's own live ones the
-//     stream has not shown yet (on their way to the engine; only once the stream has named
-//     one of the pylon's requests, so that a stream with its own request ids counts
-//     nothing twice), and the engine's scraped running count (the pylon's count is
-//     fresher; the engine's include other clients, such as the other backends in front of
-//     the same engine);
+//   - running requests: the maximum of the pylon's live requests but those it holds back
+//     from the engine (see Hold), the requests the engine's stats stream shows running
+//     (streamRunning) plus the pylon's own live ones the stream has not shown yet (on their
+//     way to the engine; only once the stream has named one of the pylon's requests, so
+//     that a stream with its own request ids counts nothing twice), and the engine's
+//     scraped running count (the pylon's count is fresher; the engine's include other
+//     clients, such as the other backends in front of the same engine);
 //   - queue size: the maximum of the engine's waiting count and the pylon's own queue
 //     (Pending and InputProcessing requests);
 //   - queued work: the pylon's prompt tokens of the requests it relayed, plus, for the
@@ -645,8 +645,8 @@ type combined struct {
 // backend's value is used, not a sum). Without a fresh engine view it is the pylon's own
 // and the stream's.
 func (a *Aggregate) combineEngine(now time.Time) combined {
-	c := combined{running: max(uint64(len(a.reqs)), a.streamRunning), queue: a.count[Pending] + a.count[InputProcessing]}
-	if live := uint64(len(a.reqs)); a.namesMatch && live > a.ownInStream {
+	c := combined{running: max(a.AtEngine(), a.streamRunning), queue: a.count[Pending] + a.count[InputProcessing]}
+	if live := a.AtEngine(); a.namesMatch && live > a.ownInStream {
 		c.running = max(c.running, a.streamRunning+live-a.ownInStream)
 	}
 	e := &a.engine

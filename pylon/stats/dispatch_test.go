@@ -136,7 +136,7 @@ func TestAdmitSlotShare(t *testing.T) {
 
 // A request held back from the engine (Hold) stays live and queued, its prompt work in the
 // published queue, and counts in the share's own requests for admission, but not among
-// those at the engine; Unhold, or its end, takes it back out of the held count once.
+// those at the engine nor in the published running count; Unhold, or its end, takes it back out of the held count once.
 func TestHoldLeavesTheEngineCount(t *testing.T) {
 	t.Parallel()
 	a := stats.NewAggregate("m", 1, stats.Options{FallbackConcurrency: 4, InitialInputTPS: 1000, PinInputTPS: true})
@@ -151,8 +151,8 @@ func TestHoldLeavesTheEngineCount(t *testing.T) {
 	if got := a.AtEngine(); got != 2 {
 		t.Errorf("AtEngine %d with one of 3 held, want 2", got)
 	}
-	if l := a.Load(t0); l.QueuedInputTokens != 500 || l.QueueSize != 3 {
-		t.Errorf("queued %d tokens in %d requests, want 500 in 3: the held request waits too", l.QueuedInputTokens, l.QueueSize)
+	if l := a.Load(t0); l.QueuedInputTokens != 500 || l.QueueSize != 3 || l.RunningRequests != 2 {
+		t.Errorf("queued %d tokens in %d requests, %d running; want 500 in 3 (the held request waits too), 2 running", l.QueuedInputTokens, l.QueueSize, l.RunningRequests)
 	}
 	if d := a.Admit("r4", 0, 100, 0, true, shared, t0); d.Result != admission.Rejected || !d.Share || d.Running != 3 {
 		t.Errorf("%+v, want rejected: the share's slots taken, the held request counted", d)
