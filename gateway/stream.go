@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"reflect"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -32,34 +29,6 @@ import (
 //     connection without deferred work (served through ServeConn, not Serve) counts the
 //     request when the handler returns, with the HTTP status.
 
-// errStreamDetach says the running fasthttp has no body stream field where the gateway
-// looks for it; streams are then handed over unguarded (as cut connections on failure).
-var errStreamDetach = errors.New("fasthttp.Response has no bodyStream io.Reader field")
-
-// bodyStreamOffset is the offset of fasthttp.Response's body stream field (-1: not found).
-// fasthttp has no call that takes a response's body stream without closing it, and the
-// gateway reads the pylon's answer straight into the client's response (no header copy);
-// detachBodyStream takes the stream out so that a wrapper around it can take its place.
-// TestBodyStreamDetach fails when an upgrade moves the field.
-var bodyStreamOffset = func() uintptr {
-	f, ok := reflect.TypeFor[fasthttp.Response]().FieldByName("bodyStream")
-	if !ok || f.Type != reflect.TypeFor[io.Reader]() {
-		return ^uintptr(0)
-	}
-	return f.Offset
-}()
-
-// detachBodyStream removes resp's body stream without closing it and returns it.
-func detachBodyStream(resp *fasthttp.Response) (io.Reader, error) {
-	if bodyStreamOffset == ^uintptr(0) {
-		return nil, errStreamDetach
-	}
-	p := (*io.Reader)(unsafe.Add(unsafe.Pointer(resp), bodyStreamOffset)) // the field's offset and type were checked
-	r := *p
-	*p = nil
-	return r, nil
-}
-
 // eventStreamType is the content type of a streamed (SSE) answer.
 var eventStreamType = []byte("text/event-stream")
 
@@ -74,7 +43,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 	}
 	resp.ImmediateHeaderFlush = true
 	cl := resp.Header.ContentLength()
-	r, err := detachBodyStream(resp)
+	r, err := relay.DetachBodyStream(resp)
 	if err != nil {
 		g.log.Warn("stream_unguarded", "err", err)
 		return nil

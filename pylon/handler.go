@@ -224,34 +224,39 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, span: span, prompt: turn}
-	up := fasthttp.AcquireResponse()
-	up.StreamBody = true
-	if err := p.client.Do(&ctx.Request, up); err != nil {
-		fasthttp.ReleaseResponse(up)
+	// The engine's answer is read straight into the response to the gateway: no second
+	// response (and header copy) held for the stream's length.
+	resp := &ctx.Response
+	resp.StreamBody = true
+	if err := p.client.Do(&ctx.Request, resp); err != nil {
 		p.upstreamFailed(ctx, obs, err, gw)
 		return
 	}
-	if p.promptAtHeaders || up.StatusCode() >= 300 {
+	if p.promptAtHeaders || resp.StatusCode() >= 300 {
 		turn.release()
 	}
-	obs.headers(up.StatusCode())
-	p.fromUpstream(&up.Header)
-	up.Header.CopyTo(&ctx.Response.Header)
-	bs, ok := up.BodyStream().(interface {
+	obs.headers(resp.StatusCode())
+	p.fromUpstream(&resp.Header)
+	body, err := relay.DetachBodyStream(resp)
+	if err != nil {
+		p.log.Warn("stream_unobserved", "err", err)
+	}
+	bs, ok := body.(interface {
 		Read([]byte) (int, error)
 		CloseWithError(error) error
 	})
 	if !ok { // the engine answered with a complete body after all
 		turn.release()
-		ctx.Response.SetBody(up.Body())
-		obs.complete(up.Body())
+		if body != nil {
+			resp.SetBodyStream(body, -1) // put back as it was (not fasthttp's client stream)
+		}
+		obs.complete(resp.Body())
 		p.addLoad(ctx, g, gw)
-		fasthttp.ReleaseResponse(up)
 		return
 	}
 	p.addLoad(ctx, g, gw)
-	rs := relay.NewStream(bs, obs, p.now, func() { fasthttp.ReleaseResponse(up) })
-	if bytes.HasPrefix(up.Header.ContentType(), eventStream) {
+	rs := relay.NewStream(bs, obs, p.now, nil)
+	if bytes.HasPrefix(resp.Header.ContentType(), eventStream) {
 		// An engine that fails mid-stream: the gateway gets an error event and a normal
 		// end of the body, not a cut connection.
 		rs.EndWithErrorEvent("inference engine")

@@ -1,4 +1,4 @@
-package gateway
+package relay
 
 import (
 	"io"
@@ -18,16 +18,16 @@ func (c *closeCounter) CloseWithError(error) error {
 	return nil
 }
 
-// detachBodyStream finds fasthttp.Response's body stream field (an upgrade that moves it
+// DetachBodyStream finds fasthttp.Response's body stream field (an upgrade that moves it
 // fails here, not silently in production) and takes the stream out without closing it.
 func TestBodyStreamDetach(t *testing.T) {
 	if bodyStreamOffset == ^uintptr(0) {
-		t.Fatal(errStreamDetach)
+		t.Fatal(ErrStreamDetach)
 	}
 	var resp fasthttp.Response
 	bs := &closeCounter{Reader: strings.NewReader("data: x\n\n")}
 	resp.SetBodyStream(bs, -1)
-	r, err := detachBodyStream(&resp)
+	r, err := DetachBodyStream(&resp)
 	if err != nil || r != bs {
 		t.Fatalf("detached %v, %v", r, err)
 	}
