@@ -546,6 +546,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.log.Info("gateway_listening", "addr", ln.Addr().String(), "admin_addr", aln.Addr().String(),
 		"tls", g.serverTLS != nil, "control_auth", g.token.Configured(), "gateway_id", g.cfg.GatewayID)
+	if err := relay.DetachSupported(); err != nil {
+		g.log.Warn("streams_unguarded", "err", err, "detail", "relayed event streams are handed over as they are: a pylon failing mid-stream cuts the client's connection")
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(ln) }()
 	go func() { errc <- g.ServeAdmin(aln) }()

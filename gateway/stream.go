@@ -44,8 +44,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 	resp.ImmediateHeaderFlush = true
 	cl := resp.Header.ContentLength()
 	r, err := relay.DetachBodyStream(resp)
-	if err != nil {
-		g.log.Warn("stream_unguarded", "err", err)
+	if err != nil { // said once at start-up (streams_unguarded)
 		return nil
 	}
 	up, ok := r.(fasthttp.ReadCloserWithError)

@@ -248,13 +248,13 @@ type heldRequest struct {
 }
 
 // holdPastShare holds the request id, just admitted, back from the engine when the
-// pylon's own requests there would exceed its slot share with it (a request the gateway
-// priced with a queue, or sent without an estimate): it then waits in the pylon, in
-// admission order, for one of them to finish (at most Config.SlotShareWait), instead of
-// pushing the engine past the concurrency the shares divide. It returns the channel closed
-// when the request may go on, or nil when it need not wait.
+// admission policy says so (admission.Config.HoldsPastShare): it then waits in the pylon,
+// in admission order, for one of the pylon's own requests there to finish (at most
+// Config.SlotShareWait), instead of pushing the engine past the concurrency the shares
+// divide. It returns the channel closed when the request may go on, or nil when it need
+// not wait.
 func (a *genActor) holdPastShare(id string) chan struct{} {
-	if a.adm.SlotShare == 0 || a.adm.SlotShareWait <= 0 || a.agg.AtEngine() <= a.adm.SlotShare || !a.agg.Hold(id) {
+	if !a.adm.HoldsPastShare(a.agg.AtEngine()) || !a.agg.Hold(id) {
 		return nil
 	}
 	h := heldRequest{id: id, release: make(chan struct{})}
@@ -262,10 +262,11 @@ func (a *genActor) holdPastShare(id string) chan struct{} {
 	return h.release
 }
 
-// releaseHolds lets held requests go on, oldest first, while the share has room.
+// releaseHolds lets held requests go on, oldest first, while the share has room
+// (admission.Config.ShareHasRoom).
 func (a *genActor) releaseHolds() {
 	n := 0
-	for n < len(a.holds) && a.agg.AtEngine() < a.adm.SlotShare {
+	for n < len(a.holds) && a.adm.ShareHasRoom(a.agg.AtEngine()) {
 		a.agg.Unhold(a.holds[n].id)
 		close(a.holds[n].release)
 		n++

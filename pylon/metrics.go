@@ -128,17 +128,17 @@ func newPylonMetrics(prefix, id, version string, reference bool) *pylonMetrics {
 	m.streamIdleTimeouts = m.counter(mUpstreamTimeouts + `{reason="stream_idle"}`)
 	m.promptCached = m.counter(mPromptWaits + `{outcome="` + promptWaitCached + `"}`)
 	m.promptTimeout = m.counter(mPromptWaits + `{outcome="` + promptWaitTimeout + `"}`)
-	m.promptWait = m.set.GetOrCreatePrometheusHistogramExt(prefix+mPromptWaitSeconds, promptWaitBuckets)
+	m.promptWait = m.set.GetOrCreatePrometheusHistogramExt(prefix+mPromptWaitSeconds, waitBuckets)
 	m.shareReleased = m.counter(mShareHolds + `{outcome="released"}`)
 	m.shareTimeout = m.counter(mShareHolds + `{outcome="timeout"}`)
-	m.shareHold = m.set.GetOrCreatePrometheusHistogramExt(prefix+mShareHoldSeconds, promptWaitBuckets)
+	m.shareHold = m.set.GetOrCreatePrometheusHistogramExt(prefix+mShareHoldSeconds, waitBuckets)
 	m.zero()
 	return m
 }
 
-// promptWaitBuckets are prompt_wait_seconds' upper bounds: a prefill takes milliseconds to
-// tens of seconds.
-var promptWaitBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+// waitBuckets are the upper bounds of prompt_wait_seconds and slot_share_hold_seconds: a
+// prefill, or a request's turn at the engine, takes milliseconds to tens of seconds.
+var waitBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // promptWaited records one wait for a prompt in flight.
 func (m *pylonMetrics) promptWaited(d time.Duration, cached bool) {

@@ -330,6 +330,9 @@ func (p *Pylon) Run(ctx context.Context) error {
 	}
 	p.log.Info("pylon_serving", "addr", p.ln.Addr().String(), "admin_addr", addrOf(p.adminLn), "tls", p.serverTLS != nil,
 		"upstream", p.cfg.UpstreamBaseURL, "gateways", p.cfg.Gateways)
+	if err := relay.DetachSupported(); err != nil {
+		p.log.Warn("streams_unobserved", "err", err, "detail", "the engine's streamed answers are read whole before they are relayed")
+	}
 
 	loops, cancelLoops := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -26,6 +26,15 @@ var bodyStreamOffset = func() uintptr {
 	return f.Offset
 }()
 
+// DetachSupported reports ErrStreamDetach when the running fasthttp has no body stream
+// field where DetachBodyStream looks for it, for a server to say so once at start-up.
+func DetachSupported() error {
+	if bodyStreamOffset == ^uintptr(0) {
+		return ErrStreamDetach
+	}
+	return nil
+}
+
 // DetachBodyStream removes resp's body stream without closing it and returns it (nil when
 // resp has none).
 func DetachBodyStream(resp *fasthttp.Response) (io.Reader, error) {

@@ -47,6 +47,19 @@ type Config struct {
 	SlotShareWait time.Duration
 }
 
+// HoldsPastShare reports that a request just admitted is held back from the engine (it
+// waits in the pylon for room in the share, at most SlotShareWait): with it, the pylon's
+// own requests at the engine, those not held themselves, exceed its SlotShare. Only a
+// request the share did not refuse gets here: one priced with a queue, or sent without an
+// estimate.
+func (c Config) HoldsPastShare(atEngine uint64) bool {
+	return c.SlotShare > 0 && c.SlotShareWait > 0 && atEngine > c.SlotShare
+}
+
+// ShareHasRoom reports that a held request may go on: the pylon's own requests at the
+// engine leave a slot of its share free.
+func (c Config) ShareHasRoom(atEngine uint64) bool { return !load.SlotsTaken(atEngine, c.SlotShare) }
+
 // Result classifies one admission decision (the metric label).
 type Result uint8
 

@@ -3,6 +3,7 @@ package admission_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
@@ -188,6 +189,32 @@ func TestDecideSlotShare(t *testing.T) {
 		got := admission.Decide(tt.c, tt.expected, true, engine, tt.slots, 0)
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+// A request admitted past the share (its pylon's own requests at the engine, itself
+// included, above the share) is held only with a share and a wait; a held one goes on once
+// the share has a free slot.
+func TestHoldsPastShare(t *testing.T) {
+	t.Parallel()
+	shared := admission.Config{SlotShare: 2, SlotShareWait: time.Second}
+	for _, tc := range []struct {
+		c              admission.Config
+		atEngine       uint64
+		holds, hasRoom bool
+	}{
+		{shared, 1, false, true},
+		{shared, 2, false, false},
+		{shared, 3, true, false},
+		{admission.Config{SlotShare: 2}, 3, false, false}, // no wait: the engine queues it
+		{admission.Config{SlotShareWait: time.Second}, 9, false, true},
+	} {
+		if got := tc.c.HoldsPastShare(tc.atEngine); got != tc.holds {
+			t.Errorf("%+v at %d: holds %v, want %v", tc.c, tc.atEngine, got, tc.holds)
+		}
+		if got := tc.c.ShareHasRoom(tc.atEngine); got != tc.hasRoom {
+			t.Errorf("%+v at %d: room %v, want %v", tc.c, tc.atEngine, got, tc.hasRoom)
 		}
 	}
 }
