@@ -43,8 +43,8 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 	}
 	resp.ImmediateHeaderFlush = true
 	cl := resp.Header.ContentLength()
-	r, err := relay.DetachBodyStream(resp)
-	if err != nil { // said once at start-up (streams_unguarded)
+	r, _ := relay.DetachBodyStream(resp) // nil when fasthttp moved the field: said at start-up (streams_unguarded)
+	if r == nil {
 		return nil
 	}
 	up, ok := r.(fasthttp.ReadCloserWithError)
