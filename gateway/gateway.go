@@ -407,7 +407,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		NewClient: g.newClient, Probe: g.probe, ProbeInterval: cfg.HealthProbeInterval,
 		DefaultHeartbeat: cfg.Heartbeat, MinExpiry: cfg.MinExpiry,
 		OnExpired: func(string) { g.metrics.inc(mBackendsExpired) },
-		Outlier:   outlier, OnEjected: onEjected,
+		Outlier:   outlier, OnEjected: onEjected, OnUnresponsive: g.abandon,
 	})
 	g.server = &fasthttp.Server{
 		Handler:               g.handle,

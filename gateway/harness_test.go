@@ -115,6 +115,21 @@ type fakePylon struct {
 	build             uint64 // the snapshot build its reports carry (0 = none)
 	respond           func(call int, ctx *fasthttp.RequestCtx)
 	lastHeaders       map[string]string
+	frozen            chan struct{} // while set, every request, /health included, waits for it to close
+}
+
+// freeze makes p answer nothing, not even /health, until the returned function runs.
+func (p *fakePylon) freeze() (thaw func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.frozen = ch
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		p.frozen = nil
+		p.mu.Unlock()
+		close(ch)
+	}
 }
 
 func (h *harness) pylon(id, cluster string, l load.Load, respond func(int, *fasthttp.RequestCtx)) *fakePylon {
@@ -134,6 +149,12 @@ func (h *harness) pylon(id, cluster string, l load.Load, respond func(int, *fast
 }
 
 func (p *fakePylon) handle(ctx *fasthttp.RequestCtx) {
+	p.mu.Lock()
+	frozen := p.frozen
+	p.mu.Unlock()
+	if frozen != nil {
+		<-frozen
+	}
 	if string(ctx.Path()) == wire.HealthPath {
 		ctx.SetBodyString("ok")
 		return
@@ -167,10 +188,17 @@ func (p *fakePylon) header(name string) string {
 
 // register PUTs p's registration (model "m") and waits for its first RTT probe.
 func (h *harness) register(p *fakePylon) {
+	h.t.Helper()
+	h.registerBeating(p, 60_000)
+}
+
+// registerBeating is register with a heartbeat of hbMs: the backend expires three
+// heartbeats (at least the gateway's MinExpiry) later unless registered again.
+func (h *harness) registerBeating(p *fakePylon, hbMs uint64) {
 	const model = "m"
 	h.t.Helper()
 	reg := wire.Registration{
-		ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: 60_000,
+		ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: hbMs,
 		Models: map[string]wire.Model{model: {Status: wire.StatusActive, Generation: 1, Stats: wire.StatsFromLoad(&p.load)}},
 	}
 	body, _ := json.Marshal(reg)

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -358,6 +359,105 @@ func TestFullStackEngineDownNoFailures(t *testing.T) {
 		t.Logf("engine_unreachable retries %s, ejections: engine_unreachable %s, health_probe_failed %s", retries, ejections, probeEjections)
 		if retries == "" || retries == "0" || (ejections == "0" && probeEjections == "0") {
 			t.Errorf("the dead engine's backend was neither retried away from nor ejected")
+		}
+	})
+}
+
+// A pylon that stops answering altogether (frozen: not even /health) while it still counts
+// as registered has the requests it holds abandoned after two health probes in a row got
+// no answer: each fails over to the other backend (a pylon_unresponsive retry) about 5 s
+// after the freeze, not after the 30 s headers timeout a buffered answer would wait.
+func TestUnresponsivePylonRequestsFailOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
+		frozen := h.pylon("frozen", "c-frozen", idleLoad(), nil)
+		h.register(frozen)
+		h.register(h.pylon("ok", "c-ok", idleLoad(), nil))
+		thaw := frozen.freeze()
+		start := time.Now()
+		var wg sync.WaitGroup
+		results := make([]response, 4)
+		took := make([]time.Duration, 4)
+		for i := range results {
+			wg.Go(func() {
+				results[i] = h.chat(nil)
+				took[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		waited := 0
+		for i, r := range results {
+			if r.status != 200 || !strings.Contains(r.body, `"served_by":"ok"`) {
+				t.Errorf("request %d: %d after %v: %s", i, r.status, took[i], r.body)
+			}
+			if took[i] > 6*time.Second {
+				t.Errorf("request %d answered after %v, want within 6 s of the freeze", i, took[i])
+			}
+			if took[i] >= 4*time.Second {
+				waited++
+			}
+		}
+		abandoned := h.scrapeMetric(`switchyard_upstream_abandoned_attempts_total`)
+		retried := h.scrapeMetric(`switchyard_proxy_retries_total{routing_key="",model="m",reason="pylon_unresponsive"}`)
+		if waited == 0 || abandoned != strconv.Itoa(waited) || retried != abandoned {
+			t.Errorf("%d requests waited for the frozen pylon; abandoned %q, pylon_unresponsive retries %q, want both %d", waited, abandoned, retried, waited)
+		}
+		thaw()
+	})
+}
+
+// A pylon whose heartbeats stop (it expires after three) has the requests it has not
+// begun to answer abandoned at once, even though it still answers health probes; one that
+// deregisters drains: the request it holds gets its answer.
+func TestExpiredPylonRequestsFailOverDeregisteredDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
+		release := make(chan struct{})
+		slow := func(int, *fasthttp.RequestCtx) { <-release }
+		h.registerBeating(h.pylon("silent", "c-silent", idleLoad(), slow), 1000)
+		h.register(h.pylon("ok", "c-ok", idleLoad(), nil))
+		start := time.Now()
+		var wg sync.WaitGroup
+		results := make([]response, 2)
+		took := make([]time.Duration, 2)
+		for i := range results {
+			wg.Go(func() {
+				results[i] = h.chat(nil)
+				took[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		for i, r := range results {
+			if r.status != 200 || !strings.Contains(r.body, `"served_by":"ok"`) || took[i] > 3*time.Second+time.Second/4 {
+				t.Errorf("request %d: %d after %v, want 200 from ok within the 3 s expiry: %s", i, r.status, took[i], r.body)
+			}
+		}
+		if got := h.scrapeMetric(`switchyard_upstream_abandoned_attempts_total`); got != "1" {
+			t.Errorf("abandoned attempts %q, want 1 (the request the silent pylon held)", got)
+		}
+		close(release)
+
+		drained := make(chan struct{})
+		h.register(h.pylon("draining", "c-draining", idleLoad(), func(_ int, ctx *fasthttp.RequestCtx) {
+			<-drained
+			ctx.SetBodyString(`{"served_by":"draining"}`)
+		}))
+		ok := h.do("DELETE", wire.RegistrationPath+"ok", nil, nil)
+		if ok.status/100 != 2 {
+			t.Fatalf("deregister ok: %d %s", ok.status, ok.body)
+		}
+		synctest.Wait()
+		var r response
+		wg.Go(func() { r = h.chat(nil) })
+		synctest.Wait() // the request waits at the draining pylon
+		if got := h.do("DELETE", wire.RegistrationPath+"draining", nil, nil); got.status/100 != 2 {
+			t.Fatalf("deregister draining: %d %s", got.status, got.body)
+		}
+		time.Sleep(10 * time.Second)
+		close(drained)
+		wg.Wait()
+		if r.status != 200 || !strings.Contains(r.body, `"served_by":"draining"`) {
+			t.Errorf("request held by a deregistered pylon: %d %s, want its answer", r.status, r.body)
 		}
 	})
 }

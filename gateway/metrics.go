@@ -39,6 +39,8 @@ const (
 	mLoadReports      = "load_reports_total"
 	mClientCancelled  = "client_cancelled_total"
 	mBackendsExpired  = "backends_expired_total"
+	// mAbandoned counts the attempts abandoned because their pylon stopped answering.
+	mAbandoned        = "upstream_abandoned_attempts_total"
 	mInflightRequests = "inflight_requests"
 	// mRoutingTargets is the number of routing targets (routing key × model) with a scheduler.
 	mRoutingTargets = "routing_targets"

@@ -41,6 +41,7 @@ var metricsHelp = map[string]string{
 	mLoadReports:       "Load reports (x-pylon-load) from pylons by result (applied, invalid).",
 	mClientCancelled:   "Requests whose client went away before the answer ended.",
 	mBackendsExpired:   "Backends dropped after missing their heartbeats.",
+	mAbandoned:         "Attempts given up with no answer yet because their pylon answered no health probe (they fail over).",
 	mInflightRequests:  "Requests being handled (routing, waiting or proxying).",
 	mRoutingTargets:    "Routing targets (routing key × model) with a scheduler.",
 	mAdminUnauthorized: "Admin-listener requests refused for a missing or wrong token.",
@@ -57,7 +58,7 @@ var metricsHelp = map[string]string{
 // reads 0 (not "no data") before the first event.
 var (
 	retryReasons = []string{
-		retry.ReasonConnectFailover, retry.ReasonFirstByteTimeout, retry.ReasonEngineUnreachable,
+		retry.ReasonConnectFailover, retry.ReasonFirstByteTimeout, retry.ReasonPylonUnresponsive, retry.ReasonEngineUnreachable,
 		wire.RetryQueueEstimateMismatch, wire.RetryUpstreamAdmission, wire.RetryModelGenerationUnavail,
 		wire.RetryLocalConnectFailure, wire.RetryDefaultRetryableResponse,
 	}
@@ -97,6 +98,7 @@ func (m *gatewayMetrics) zeroGateway() {
 	}
 	m.set.GetOrCreateCounter(m.series(mLoadReports, "result", "invalid"))
 	m.set.GetOrCreateCounter(m.series(mBackendsExpired))
+	m.set.GetOrCreateCounter(m.series(mAbandoned))
 	m.set.GetOrCreateCounter(m.series(mAdminUnauthorized))
 }
 

@@ -366,6 +366,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	deadline := g.firstByteDeadline(out, rt.mayStream && asksForStream(ctx.PostBody()))
 	ctx.Request.SetTimeout(deadline)
 	st.trace.startAttempt(b, h)
+	abandoned := b.Abandoned()
 	start := g.deps.Now()
 	err := b.Client.Do(&ctx.Request, &ctx.Response)
 	st.trace.attemptDone(ctx.Response.StatusCode(), err)
@@ -386,8 +387,15 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		var why fleet.Failure
 		why, err = transportFailure(err, now.Sub(start), deadline, g.cfg.HeadersTimeout)
 		kind := retry.TransportFailure
-		if why == fleet.FailFirstByteTimeout {
+		switch {
+		case b.Abandoned() != abandoned:
+			// Given up while it waited: the pylon answered no health probe (g.abandon).
+			why, kind = fleet.FailUnresponsive, retry.Abandoned
+			err = fmt.Errorf("%w (waited %v): %w", errAbandoned, now.Sub(start).Round(time.Millisecond), err)
+			g.metrics.inc(mAbandoned)
+		case why == fleet.FailFirstByteTimeout:
 			kind = retry.FirstByteTimeout
+		default:
 		}
 		d := g.decide(p, st, retry.Outcome{Kind: kind, At: now})
 		g.follow(pid, p, out, &d)
@@ -586,7 +594,7 @@ func (g *Gateway) probe(ctx context.Context, c *fasthttp.HostClient, backendID s
 		return 0, err
 	}
 	if resp.StatusCode() >= 500 {
-		return 0, fmt.Errorf("health probe of %s: status %d", backendID, resp.StatusCode())
+		return 0, fmt.Errorf("%w: backend %s, status %d", fleet.ErrProbeAnswered, backendID, resp.StatusCode())
 	}
 	return g.deps.Now().Sub(start), nil
 }

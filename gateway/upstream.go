@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 
+	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/internal/relay"
 )
 
@@ -34,4 +35,14 @@ func (g *Gateway) newUpstreamConns() *relay.Conns {
 var (
 	errHeadersTimeout   = errors.New("the pylon sent no answer within --upstream-headers-timeout")
 	errFirstByteTimeout = errors.New("the pylon sent no answer within the attempt's first-byte deadline")
+	errAbandoned        = errors.New("the pylon stopped answering health probes; the attempt was given up")
 )
+
+// abandon gives up b's attempts still waiting for an answer (the fleet's OnUnresponsive:
+// its heartbeats or its health probes stopped getting through). Their connections are
+// closed, so each attempt fails over now, as a pylon_unresponsive retry (counted in
+// upstream_abandoned_attempts_total by attempt), instead of waiting for a frozen or cut-off
+// pylon until --upstream-headers-timeout. It returns the connections closed.
+func (g *Gateway) abandon(b *fleet.Backend) int {
+	return g.upstream.AbortUnanswered(b.Client.Addr)
+}

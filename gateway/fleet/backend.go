@@ -165,6 +165,8 @@ func (a *backendActor) Receive(c actor.Context) {
 			a.alarm.Fired()
 			a.fleet.deps.Logger.Info("backend_expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
 			a.expire(c)
+			// Gone without a word: nothing it has not begun to answer will come back.
+			a.fleet.abandon(a.b, "expired")
 			return
 		}
 		a.checkEjection(now)

@@ -36,6 +36,15 @@ var (
 	ErrRegistrationRequired = errors.New("a full registration is required")
 )
 
+// ErrProbeAnswered marks a failed health probe that the pylon did answer (a 5xx): the
+// pylon is up, so its requests are not abandoned (see Deps.OnUnresponsive).
+var ErrProbeAnswered = errors.New("the health probe was answered with a server error")
+
+// silentProbesToAbandon is the number of health probes in a row without any answer after
+// which a backend's waiting requests are abandoned while it still sends heartbeats (its
+// data path is wedged): two, so one slow probe alone never costs requests.
+const silentProbesToAbandon = 2
+
 // Deps are the fleet's dependencies.
 type Deps struct {
 	Now    func() time.Time
@@ -63,6 +72,14 @@ type Deps struct {
 	Outlier Outlier
 	// OnEjected is called (from the actor) when a backend is ejected.
 	OnEjected func(id string, why Failure)
+	// OnUnresponsive is called when a backend's pylon stopped answering: it expired (its
+	// heartbeats stopped; a deregistration, which drains, does not count), or
+	// silentProbesToAbandon health probes in a row got no answer at all (none within the
+	// probe timeout, or no connection; a 5xx, ErrProbeAnswered, is an answer). The
+	// gateway abandons the backend's requests still waiting for an answer, so they fail
+	// over at once instead of waiting out --upstream-headers-timeout. It returns the
+	// number of requests abandoned. Nil: nothing is abandoned.
+	OnUnresponsive func(b *Backend) int
 }
 
 // Fleet is the registry of backends. Safe for concurrent use.
@@ -90,6 +107,9 @@ type Backend struct {
 	failing atomic.Bool
 	pid     *actor.PID
 	cancel  context.CancelFunc
+	// abandoned counts the times the backend's waiting requests were abandoned (see
+	// Abandoned).
+	abandoned atomic.Uint64
 	// models is the model → generation map of the last registration accepted, which
 	// load updates are checked against (written by Register, read by UpdateLoad).
 	models atomic.Pointer[map[string]uint64]
@@ -382,14 +402,45 @@ func (f *Fleet) forget(b *Backend) {
 	}
 }
 
+// Abandoned counts the times b's requests waiting for an answer were abandoned because
+// its pylon stopped answering. A proxy reads it before and after an attempt: a failed
+// attempt during which it moved was (most likely) abandoned, not refused by the pylon.
+func (b *Backend) Abandoned() uint64 { return b.abandoned.Load() }
+
+// abandon tells the gateway to give up b's requests still waiting for an answer; why
+// says what showed the pylon unresponsive (expired, health_probes_unanswered).
+func (f *Fleet) abandon(b *Backend, why string) {
+	if f.deps.OnUnresponsive == nil {
+		return
+	}
+	b.abandoned.Add(1)
+	if n := f.deps.OnUnresponsive(b); n > 0 {
+		f.deps.Logger.Warn("backend_unresponsive", "backend", b.ID, "why", why, "abandoned", n,
+			"detail", "requests it had not begun to answer fail over to other backends")
+	}
+}
+
 func (f *Fleet) probeLoop(ctx context.Context, b *Backend) {
 	defer f.wg.Done()
+	silent := 0 // health probes in a row without any answer
 	probe := func() {
-		if rtt, err := f.deps.Probe(ctx, b.Client, b.ID); err == nil {
+		rtt, err := f.deps.Probe(ctx, b.Client, b.ID)
+		switch {
+		case err == nil:
+			silent = 0
 			f.ReportRTT(b.ID, rtt)
-		} else if ctx.Err() == nil {
+		case ctx.Err() != nil:
+		default:
 			f.deps.Logger.Debug("health_probe_failed", "backend", b.ID, "err", err)
 			f.ReportFailure(b, FailProbe)
+			if errors.Is(err, ErrProbeAnswered) {
+				silent = 0
+				return
+			}
+			silent++
+			if silent >= silentProbesToAbandon {
+				f.abandon(b, "health_probes_unanswered")
+			}
 		}
 	}
 	probe()

@@ -26,6 +26,9 @@ const (
 	FailFirstByteTimeout
 	// FailProbe: a health probe failed (no answer in time, or a 5xx).
 	FailProbe
+	// FailUnresponsive: the attempt was abandoned, with no answer yet, because the pylon
+	// answered no health probe (see Deps.OnUnresponsive).
+	FailUnresponsive
 )
 
 var failureNames = [...]string{
@@ -33,10 +36,11 @@ var failureNames = [...]string{
 	FailEngineUnreachable: "engine_unreachable",
 	FailFirstByteTimeout:  "first_byte_timeout",
 	FailProbe:             "health_probe_failed",
+	FailUnresponsive:      "pylon_unresponsive",
 }
 
 // Failures lists every failure (for pre-creating metric series).
-var Failures = []Failure{FailConnect, FailEngineUnreachable, FailFirstByteTimeout, FailProbe}
+var Failures = []Failure{FailConnect, FailEngineUnreachable, FailFirstByteTimeout, FailProbe, FailUnresponsive}
 
 // String returns the failure's metric label.
 func (f Failure) String() string {

@@ -87,6 +87,9 @@ const (
 	TransportFailure
 	// FirstByteTimeout: no answer before the attempt's first-byte deadline.
 	FirstByteTimeout
+	// Abandoned: no answer yet when the gateway gave up the backend's waiting requests,
+	// because its pylon stopped answering health probes.
+	Abandoned
 	// BodyTooLarge: the answer's body exceeds what the gateway buffers.
 	BodyTooLarge
 	// Response: the pylon answered (Status, with its retry signal).
@@ -159,6 +162,7 @@ type Decision struct {
 const (
 	ReasonConnectFailover       = "connect_failover"
 	ReasonFirstByteTimeout      = "first_byte_timeout"
+	ReasonPylonUnresponsive     = "pylon_unresponsive"
 	ReasonEngineUnreachable     = "engine_unreachable"
 	ReasonBudgetExhausted       = "retry_budget_exhausted"
 	ReasonConnectRetriesExhaust = "connect_retries_exhausted"
@@ -174,11 +178,15 @@ func (p Policy) Decide(s State, o Outcome) Decision {
 	switch o.Kind {
 	case BackendGone:
 		d.Retry, d.Release, d.Failed = true, true, true
-	case TransportFailure, FirstByteTimeout:
+	case TransportFailure, FirstByteTimeout, Abandoned:
 		d.Release, d.Failed = true, true
 		reason := ReasonConnectFailover
-		if o.Kind == FirstByteTimeout {
+		switch o.Kind {
+		case FirstByteTimeout:
 			reason = ReasonFirstByteTimeout
+		case Abandoned:
+			reason = ReasonPylonUnresponsive
+		default:
 		}
 		p.retry(&d, s, o, true, reason, ReasonConnectRetriesExhaust)
 		if !d.Retry {

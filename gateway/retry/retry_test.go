@@ -62,6 +62,14 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
+			name: "abandoned (pylon unresponsive): a connect retry of its own name", policy: policy, state: budget,
+			out: retry.Outcome{Kind: retry.Abandoned, At: t0},
+			want: retry.Decision{
+				Retry: true, Next: next(budget, 1, 0, 1), Release: true, Failed: true, PreferCluster: true,
+				Reason: retry.ReasonPylonUnresponsive,
+			},
+		},
+		{
 			name: "transport failure, connect retries used up: 502", policy: policy, state: connectUsed,
 			out: retry.Outcome{Kind: retry.TransportFailure, At: t0},
 			want: retry.Decision{

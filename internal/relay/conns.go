@@ -16,6 +16,9 @@ const (
 	AbortFirstOutput
 	AbortStreamIdle
 	AbortShutdown
+	// AbortUnanswered: the caller gave up on every request still waiting for its answer
+	// on this upstream (AbortUnanswered), e.g. because the upstream stopped answering.
+	AbortUnanswered
 )
 
 // AbortError is the error a read on an upstream connection returns once its Conns has
@@ -30,13 +33,19 @@ func (e AbortError) Error() string {
 		return "the upstream sent no response bytes within the first-output timeout"
 	case AbortStreamIdle:
 		return "the upstream response stalled longer than the stream idle timeout"
+	case AbortUnanswered:
+		return "the upstream stopped answering: its unanswered requests were abandoned"
 	default:
 		return "upstream call aborted: shutting down"
 	}
 }
 
-// Timeout tells fasthttp (and net.Error users) whether the abort was a timeout.
-func (e AbortError) Timeout() bool { return uint32(e) != AbortShutdown }
+// Timeout tells fasthttp (and net.Error users) whether the abort was a timeout. An
+// abandoned request (AbortUnanswered) is not one: fasthttp reports it as a connection
+// closed before the first response byte, and never resends a POST.
+func (e AbortError) Timeout() bool {
+	return uint32(e) == AbortFirstOutput || uint32(e) == AbortStreamIdle
+}
 
 // DialError is the error of a connection that could not be made: whatever request was to
 // go on it never left.
@@ -73,6 +82,9 @@ const (
 //     the body read fails and the stream is cut.
 //   - Abort (a shutdown past its drain timeout) closes every connection and refuses new
 //     ones, so no handler waits for the upstream any longer.
+//   - AbortUnanswered closes the connections to one address whose request has no
+//     response byte yet (the gateway's pylon stopped answering its health probes), so
+//     those requests fail over at once instead of waiting out their deadlines.
 //
 // The data path pays two atomic stores and two loads per read: no timer, no clock read, no
 // allocation. Reads stamp themselves with a coarse tick that only the watchdog advances,
@@ -185,7 +197,7 @@ func (w *Conns) DialTimeout(addr string, timeout time.Duration) (net.Conn, error
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
-	c := &conn{Conn: nc, w: w}
+	c := &conn{Conn: nc, w: w, addr: addr}
 	if !w.plain {
 		c.Conn = Raw(nc)
 	}
@@ -267,6 +279,30 @@ func (w *Conns) Abort() int {
 	return len(all)
 }
 
+// AbortUnanswered closes the connections dialled to addr that carry a request with no
+// response byte yet (a request written, or being written, and not answered): their
+// pending reads and writes fail (fasthttp's Do returns ErrConnectionClosed, or the
+// AbortError for a write cut short). Idle connections and
+// responses already arriving (a relayed stream) are left alone. It returns the number
+// of connections closed.
+func (w *Conns) AbortUnanswered(addr string) int {
+	var waiting []*conn // not the watchdog's scratch list: this runs on the caller's goroutine
+	w.mu.Lock()
+	for c := range w.conns {
+		if c.addr == addr && c.written.Load() && !c.answered.Load() {
+			waiting = append(waiting, c)
+		}
+	}
+	w.mu.Unlock()
+	n := 0
+	for _, c := range waiting {
+		if c.abort(AbortUnanswered) {
+			n++
+		}
+	}
+	return n
+}
+
 // Aborted reports whether Abort has run.
 func (w *Conns) Aborted() bool { return w.closed.Load() }
 
@@ -287,7 +323,9 @@ type conn struct {
 	// by SetReadDeadline with RequestDeadlines; 0 = the fixed first-output timeout).
 	deadline atomic.Uint64
 	answered atomic.Bool   // response bytes arrived since the last request was written
+	written  atomic.Bool   // a request was written (or is being written) on it
 	why      atomic.Uint32 // set once when the Conns closes the connection
+	addr     string        // the address dialled
 }
 
 // SetReadDeadline keeps a request's deadline as the connection's first-output deadline
@@ -318,7 +356,16 @@ func (c *conn) Write(b []byte) (int, error) {
 	if c.answered.Load() {
 		c.answered.Store(false)
 	}
-	return c.Conn.Write(b) //nolint:wrapcheck // a net.Conn passes its errors through
+	if !c.written.Load() {
+		c.written.Store(true)
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		if why := c.why.Load(); why != abortNone {
+			return n, AbortError(why)
+		}
+	}
+	return n, err //nolint:wrapcheck // a net.Conn passes its errors through
 }
 
 func (c *conn) Read(b []byte) (int, error) {

@@ -7,7 +7,7 @@ import (
 
 func TestAbortErrorIsATimeoutOnlyForTheTimeouts(t *testing.T) {
 	t.Parallel()
-	for why, want := range map[uint32]bool{AbortFirstOutput: true, AbortStreamIdle: true, AbortShutdown: false} {
+	for why, want := range map[uint32]bool{AbortFirstOutput: true, AbortStreamIdle: true, AbortShutdown: false, AbortUnanswered: false} {
 		if got := AbortError(why).Timeout(); got != want {
 			t.Errorf("AbortError(%d).Timeout() = %v, want %v", why, got, want)
 		}

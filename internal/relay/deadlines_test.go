@@ -168,3 +168,58 @@ func TestConnsDialErrors(t *testing.T) {
 		t.Errorf("dial timeout %#v, want a DialError that is a timeout", err)
 	}
 }
+
+// AbortUnanswered fails at once the requests to one address still waiting for their first
+// response byte, as a connection closed before answering (not a timeout), and leaves a stream
+// already answering, other addresses and the pool's later requests alone.
+func TestConnsAbortUnanswered(t *testing.T) {
+	mocktest.StartDateRefresher() // outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		r := newDeadlineRig(t, 10*time.Second)
+		_, stream, err := r.do(0, 0, true)
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		type result struct {
+			took time.Duration
+			err  error
+		}
+		waiting := make(chan result, 1)
+		go func() {
+			took, resp, err := r.do(0, 5*time.Second, false)
+			fasthttp.ReleaseResponse(resp)
+			waiting <- result{took, err}
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := r.w.AbortUnanswered("elsewhere"); n != 0 {
+			t.Errorf("another address: %d connections closed, want 0", n)
+		}
+		if n := r.w.AbortUnanswered("upstream"); n != 1 {
+			t.Errorf("%d connections closed, want 1 (the unanswered request only)", n)
+		}
+		got := <-waiting
+		if !errors.Is(got.err, fasthttp.ErrConnectionClosed) || got.took != time.Second {
+			t.Errorf("unanswered request: %v after %v, want ErrConnectionClosed after 1s", got.err, got.took)
+		}
+		n, buf := 0, make([]byte, 64)
+		for body := stream.BodyStream(); ; {
+			m, err := body.Read(buf)
+			n += m
+			if err != nil {
+				break
+			}
+		}
+		_ = stream.CloseBodyStream()
+		fasthttp.ReleaseResponse(stream)
+		if n != 4*len("chunk\n") {
+			t.Errorf("stream already answering: %d bytes relayed, want all 24", n)
+		}
+		time.Sleep(5 * time.Second) // the abandoned handler finishes
+		took, resp, err := r.do(0, 100*time.Millisecond, false)
+		if err != nil || string(resp.Body()) != "ok" || took != 100*time.Millisecond {
+			t.Errorf("a later request: %v %q after %v", err, resp.Body(), took)
+		}
+		fasthttp.ReleaseResponse(resp)
+	})
+}
