@@ -201,7 +201,16 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	p.inflight.Add(1)
 	mm.inTotal.AddInt64(int64(min(inputTokens, math.MaxInt64)))
 	mm.inHist.Update(float64(inputTokens))
-	p.waitShare(g, id, r.hold)
+	if p.waitShare(ctx, g, id, r.hold) {
+		// Its gateway gave up while it was held (and retried it elsewhere): it never
+		// reaches the engine.
+		turn.release()
+		obs := requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, status: relay.StatusClientClosedRequest}
+		obs.Finished(p.now(), &relay.Usage{}, nil)
+		ctx.SetStatusCode(relay.StatusClientClosedRequest) // written to a closed connection
+		ctx.SetConnectionClose()
+		return
+	}
 	p.waitPrompt(ahead)
 
 	hasPriority := len(dh.priority) > 0

@@ -37,6 +37,9 @@ type hermetic struct {
 	logs      *logRecorder
 	pylonDone chan struct{}
 	runErr    error
+	// gone lists the request ids whose client the pylon's ClientGone reports gone
+	// (in-memory connections have no socket to peek at).
+	gone sync.Map
 }
 
 // newHermetic starts everything; cfg gets the upstream, gateway and advertise URLs.
@@ -73,7 +76,11 @@ func newHermetic(t *testing.T, cfg pylon.Config, engineCfg mock.Config) *hermeti
 
 	cfg.UpstreamBaseURL, cfg.Gateways, cfg.AdvertiseURL = "http://engine", []string{"http://gateway"}, "http://pylon:8100"
 	h.logs = &logRecorder{}
-	p, err := pylon.New(cfg, pylon.Deps{Listener: h.lns["pylon"], AdminListener: h.lns["pylon-admin"], Dial: h.dial, Logger: slog.New(h.logs)})
+	clientGone := func(ctx *fasthttp.RequestCtx) bool {
+		_, gone := h.gone.Load(string(ctx.Request.Header.Peek(wire.HeaderRequestID)))
+		return gone
+	}
+	p, err := pylon.New(cfg, pylon.Deps{Listener: h.lns["pylon"], AdminListener: h.lns["pylon-admin"], Dial: h.dial, Logger: slog.New(h.logs), ClientGone: clientGone})
 	if err != nil {
 		t.Fatal(err)
 	}

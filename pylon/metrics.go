@@ -109,10 +109,10 @@ type pylonMetrics struct {
 	// prompt_wait_seconds.
 	promptCached, promptTimeout *metrics.Counter
 	promptWait                  *metrics.PrometheusHistogram
-	// shareReleased and shareTimeout are slot_share_holds_total by outcome; shareHold is
-	// slot_share_hold_seconds.
-	shareReleased, shareTimeout *metrics.Counter
-	shareHold                   *metrics.PrometheusHistogram
+	// shareReleased, shareTimeout and shareClientGone are slot_share_holds_total by
+	// outcome; shareHold is slot_share_hold_seconds.
+	shareReleased, shareTimeout, shareClientGone *metrics.Counter
+	shareHold                                    *metrics.PrometheusHistogram
 }
 
 type outcomeKey struct {
@@ -131,6 +131,7 @@ func newPylonMetrics(prefix, id, version string, reference bool) *pylonMetrics {
 	m.promptWait = m.set.GetOrCreatePrometheusHistogramExt(prefix+mPromptWaitSeconds, waitBuckets)
 	m.shareReleased = m.counter(mShareHolds + `{outcome="released"}`)
 	m.shareTimeout = m.counter(mShareHolds + `{outcome="timeout"}`)
+	m.shareClientGone = m.counter(mShareHolds + `{outcome="client_gone"}`)
 	m.shareHold = m.set.GetOrCreatePrometheusHistogramExt(prefix+mShareHoldSeconds, waitBuckets)
 	m.zero()
 	return m
@@ -151,11 +152,14 @@ func (m *pylonMetrics) promptWaited(d time.Duration, cached bool) {
 }
 
 // shareHeld records one request held back from the engine for its slot share.
-func (m *pylonMetrics) shareHeld(d time.Duration, released bool) {
-	if released {
+func (m *pylonMetrics) shareHeld(d time.Duration, outcome holdOutcome) {
+	switch outcome {
+	case holdReleased:
 		m.shareReleased.Inc()
-	} else {
+	case holdTimeout:
 		m.shareTimeout.Inc()
+	default:
+		m.shareClientGone.Inc()
 	}
 	m.shareHold.Update(d.Seconds())
 }

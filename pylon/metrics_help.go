@@ -48,7 +48,7 @@ var metricsHelp = map[string]string{ //nolint:gosec // help texts that mention t
 	mPromptWaits:                       "Requests that waited for the same cache-affinity key's prompt being prefilled on the engine for an earlier request, by outcome (cached: released when it was cached; timeout: --prompt-wait passed).",
 	mPromptWaitSeconds:                 "How long requests waited for the same cache-affinity key's prompt in flight on the engine.",
 	mPromptsInflight:                   "Cache-affinity keys whose prompt the engine is prefilling (requests with the key wait for it).",
-	mShareHolds:                        "Admitted requests held back from the engine while this pylon's own requests there filled its --engine-slot-share, by outcome (released: one of them finished; timeout: --engine-slot-share-wait passed).",
+	mShareHolds:                        "Admitted requests held back from the engine while this pylon's own requests there filled its --engine-slot-share, by outcome (released: one of them finished; timeout: --engine-slot-share-wait passed; client_gone: the gateway closed the connection, and the request never reached the engine).",
 	mShareHoldSeconds:                  "How long requests were held back from the engine for this pylon's slot share.",
 	mShareHeld:                         "Requests held back from the engine now, waiting for room in this pylon's slot share.",
 	mCanaryFailures:                    "Failed canary requests by reason.",

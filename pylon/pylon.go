@@ -56,6 +56,9 @@ type Deps struct {
 	// Tracer records an OpenTelemetry span per relayed request (tracing.go); nil =
 	// tracing off.
 	Tracer Tracer
+	// ClientGone tells whether a request's client has closed its connection (polled while
+	// a request is held back for its slot share); nil: relay.PeerClosed on the connection.
+	ClientGone func(ctx *fasthttp.RequestCtx) bool
 }
 
 // Pylon is one sidecar instance.
@@ -129,6 +132,8 @@ type Pylon struct {
 	eng engineState
 	// tracer is Deps.Tracer (nil: tracing off).
 	tracer Tracer
+	// clientGone is Deps.ClientGone (default peerClosed).
+	clientGone func(ctx *fasthttp.RequestCtx) bool
 }
 
 // New validates cfg and builds a pylon that is not yet running.
@@ -153,6 +158,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		replies:    newReplyPool(),
 		lookupHost: deps.LookupHost,
 		tracer:     deps.Tracer,
+		clientGone: deps.ClientGone,
 		prompts:    newPromptTable(cfg.PromptWait),
 
 		promptAtHeaders: cfg.PromptCachedAt == PromptCachedAtHeaders,
@@ -161,6 +167,9 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mShareHeld, func() float64 { return float64(p.held.Load()) })
 	if p.lookupHost == nil {
 		p.lookupHost = net.DefaultResolver.LookupHost
+	}
+	if p.clientGone == nil {
+		p.clientGone = peerClosed
 	}
 	clientTLS, err := p.setUpSecurity()
 	if err != nil {

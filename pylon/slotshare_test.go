@@ -1,12 +1,17 @@
 package pylon_test
 
 import (
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/switchyard/switchyard/engines/mock"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/pylon"
 )
@@ -84,4 +89,74 @@ func TestHermeticSlotShareHold(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A held request whose client (the gateway) goes away meanwhile (it gave up on the
+// attempt and retried elsewhere) is dropped within a check period: it never reaches the
+// engine, its hold ends as client_gone, and the pylon counts it neither held nor queued.
+func TestHermeticSlotShareHoldClientGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := pylon.DefaultConfig()
+		cfg.ModelNames, cfg.EngineStatsStream = []string{"dummy-model"}, "off"
+		cfg.Admission.SlotShare = 2
+		h := newHermetic(t, cfg, mock.Config{
+			PrefillTokensPerSecond: 1e6, TTFT: 100 * time.Millisecond, TokenDelay: time.Second,
+			NumTokens: 2, MaxConcurrentRequests: 2,
+		})
+		defer h.close()
+		h.await(time.Second, running(0))
+
+		const path = "/v1/chat/completions"
+		noQueue := map[string]string{wire.HeaderExpectedQueueMs: "0"}
+		var wg sync.WaitGroup
+		var last outcome
+		wg.Go(func() { h.sendWith(path, "first", 100, streamBody, nil, noQueue) })
+		wg.Go(func() { h.sendWith(path, "second", 100, streamBody, nil, noQueue) })
+		time.Sleep(100 * time.Millisecond)
+		wg.Go(func() { last = h.sendWith(path, "last", 100, streamBody, nil, nil) })
+		time.Sleep(400 * time.Millisecond)
+		synctest.Wait()
+		if got := h.scrapeMetric(`pylon_slot_share_held`); got != 1 {
+			t.Fatalf("slot_share_held = %v with the third request sent, want 1", got)
+		}
+		h.gone.Store("last", true)
+		wg.Wait()
+		if last.status != relay.StatusClientClosedRequest || last.end > 800*time.Millisecond {
+			t.Errorf("the held request: %d after %v, want 499 within a check period of its client leaving", last.status, last.end)
+		}
+		for outcome, want := range map[string]float64{"released": 0, "timeout": 0, "client_gone": 1} {
+			if got := h.scrapeMetric(`pylon_slot_share_holds_total{outcome="` + outcome + `"}`); got != want {
+				t.Errorf("slot_share_holds_total{%s} = %v, want %v", outcome, got, want)
+			}
+		}
+		if got := engineCompleted(t, h); got != 2 {
+			t.Errorf("the engine completed %v requests, want 2: the held one must never reach it", got)
+		}
+		if got := h.scrapeMetric(`pylon_slot_share_held`); got != 0 {
+			t.Errorf("slot_share_held = %v after every request ended, want 0", got)
+		}
+		h.await(time.Second, running(0))
+	})
+}
+
+// engineCompleted sums the mock engine's requests_completed_total.
+func engineCompleted(t *testing.T, h *hermetic) float64 {
+	t.Helper()
+	c := &fasthttp.HostClient{Addr: "engine", Dial: h.dial}
+	defer c.CloseIdleConnections()
+	status, body, err := c.Get(nil, "http://engine/metrics")
+	if err != nil || status != 200 {
+		t.Fatalf("engine /metrics: %v %d", err, status)
+	}
+	total := 0.0
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasSuffix(strings.SplitN(name, "{", 2)[0], "requests_completed_total") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("engine metric line %q", line)
+			}
+			total += f
+		}
+	}
+	return total
 }
