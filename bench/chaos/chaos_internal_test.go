@@ -165,13 +165,22 @@ func TestMemoryChecks(t *testing.T) {
 	if c := GrowthCheck("gateway", -1, 30<<20, MaxRSSGrowth); c.Pass || !strings.Contains(c.Got, "unknown") {
 		t.Fatalf("an unknown baseline passes: %v", c)
 	}
-	if c := SettleCheck("pylon-0", 100<<20, 120<<20, 0.2, time.Second); !c.Pass {
+	if c := SettleCheck("pylon-0", 100<<20, 120<<20, 0, 0.2, time.Second); !c.Pass {
 		t.Fatalf("+20 %%: %v", c)
 	}
-	if c := SettleCheck("pylon-0", 100<<20, 121<<20, 0.2, time.Second); c.Pass {
+	if c := SettleCheck("pylon-0", 100<<20, 121<<20, 0, 0.2, time.Second); c.Pass {
 		t.Fatalf("+21 %%: %v", c)
 	}
-	if c := SettleCheck("pylon-0", 100<<20, -1, 0.2, time.Second); c.Pass {
+	if c := SettleCheck("pylon-0", 100<<20, 124<<20, 4<<20, 0.2, time.Second); !c.Pass || !strings.Contains(c.Limit, "twin's growth 4.0 MiB") {
+		t.Fatalf("+20 %% and the twin's 4 MiB: %v", c)
+	}
+	if c := SettleCheck("pylon-0", 100<<20, 125<<20, 4<<20, 0.2, time.Second); c.Pass {
+		t.Fatalf("past +20 %% and the twin's 4 MiB: %v", c)
+	}
+	if c := SettleCheck("pylon-0", 100<<20, 121<<20, -3<<20, 0.2, time.Second); c.Pass {
+		t.Fatalf("a twin that shrank lowers no limit, raises none either: %v", c)
+	}
+	if c := SettleCheck("pylon-0", 100<<20, -1, 0, 0.2, time.Second); c.Pass {
 		t.Fatalf("a dead process passes: %v", c)
 	}
 }
