@@ -43,6 +43,7 @@ const (
 	DefaultCalibrationTimeout    = 30 * time.Second
 	DefaultFirstOutputTimeout    = 30 * time.Second
 	DefaultStreamIdleTimeout     = 30 * time.Second
+	DefaultEngineCheckTimeout    = time.Second
 	DefaultPromptWait            = 30 * time.Second
 	// RetireGrace keeps a retired generation's actor answering "unavailable" before it stops.
 	RetireGrace = time.Minute
@@ -125,6 +126,13 @@ type Config struct {
 	// wait between streamed response headers and the first event: the engine connection is
 	// closed and the relayed stream cut (30 s; 0 = none).
 	StreamIdleTimeout time.Duration
+	// EngineCheckTimeout is the engine liveness check's bound: every EngineCheckTimeout/2
+	// the pylon sends the engine a request on a new connection and wants the first byte of
+	// an answer within EngineCheckTimeout; two checks in a row without one mark the engine
+	// unresponsive (frozen, stuck): the requests waiting for its first byte are answered
+	// 503 local_connect_failure, retryable, and so is every new one until a check passes
+	// (1 s; 0 = no checks). See enginedown.go.
+	EngineCheckTimeout time.Duration
 	// NoRawSocketIO makes the data, admin and engine connections read and write through
 	// net.Conn's own calls instead of raw syscalls (--raw-socket-io=false; see
 	// internal/relay/rawio.go). The engine timeouts work the same either way.
@@ -184,7 +192,8 @@ func DefaultConfig() Config {
 		CalibrationRequests: calibrate.DefaultRequests, CalibrationPromptUnits: calibrate.DefaultPromptUnits,
 		CalibrationMaxConcurrency: calibrate.DefaultMaxConcurrency, CalibrationTimeout: DefaultCalibrationTimeout,
 		FirstOutputTimeout: DefaultFirstOutputTimeout, StreamIdleTimeout: DefaultStreamIdleTimeout,
-		PromptWait: DefaultPromptWait, PromptCachedAt: PromptCachedAtFirstOutput,
+		EngineCheckTimeout: DefaultEngineCheckTimeout,
+		PromptWait:         DefaultPromptWait, PromptCachedAt: PromptCachedAtFirstOutput,
 	}
 }
 
@@ -300,6 +309,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StreamIdleTimeout < 0 {
 		bad("stream-idle-timeout must be ≥ 0 (0 = none)")
+	}
+	if c.EngineCheckTimeout < 0 {
+		bad("engine-check-timeout must be ≥ 0 (0 = no checks)")
 	}
 	if c.DoCalibration {
 		if c.CalibrationRequests <= 0 || c.CalibrationPromptUnits <= 0 || c.CalibrationMaxConcurrency <= 0 {

@@ -1,64 +1,82 @@
-package pylon
+package pylon_test
 
 import (
-	"errors"
-	"net"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttputil"
-
-	"github.com/switchyard/switchyard/internal/relay"
+	"github.com/switchyard/switchyard/internal/wire"
+	"github.com/switchyard/switchyard/pylon"
 )
 
-// engineDown: an engine that answers lives; one that cannot be reached, or that accepts a
-// connection but never answers on it (a process being torn down), is down.
-func TestEngineDown(t *testing.T) {
+// An engine that freezes (it accepts connections and answers nothing) is found out by the
+// liveness watch after two checks in a row without an answer, within 2.5 s with the default
+// 1 s check timeout: the request it held is answered 503 local_connect_failure, retryable
+// (for the gateway to retry elsewhere), not after the 30 s first-output timeout; a new
+// request is answered so at once, as is the gateway's /health probe; and once the engine
+// answers again, so do requests.
+func TestHermeticFrozenEngineIsFoundOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var ln *fasthttputil.InmemoryListener
-		p := &Pylon{client: &fasthttp.HostClient{Addr: "engine:80"}}
-		p.engine = relay.NewConns(func(string) (net.Conn, error) {
-			if ln == nil {
-				return nil, errors.New("connection refused")
-			}
-			return ln.Dial()
-		}, 0, 0, func(uint32) {})
-		if !p.engineDown() {
-			t.Error("unreachable engine: want down")
+		s := &standIn{exposition: fixture(t, "vllm_v0.10.txt"), models: vllmModels(qwen, qwen), served: []string{qwen}}
+		h := newStandInHermetic(t, realEngineConfig("vllm", qwen), s)
+		h.await(3*time.Second, func(r received) bool { _, ok := modelStats(r, qwen); return ok })
+		body := `{"model":"` + qwen + `","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+		chat := func(id string) (outcome, time.Duration) {
+			start := time.Now()
+			o := h.sendWith("/v1/chat/completions", id, 10, body, nil, map[string]string{wire.HeaderModel: qwen})
+			return o, time.Since(start)
 		}
-		ln = fasthttputil.NewInmemoryListener()
-		answering := &fasthttp.Server{Logger: quietLogger{}, Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
-		go func() { _ = answering.Serve(ln) }()
-		if p.engineDown() {
-			t.Error("answering engine: want up")
+		if o, _ := chat("before"); o.status != 200 {
+			t.Fatalf("before the freeze: %d %s", o.status, o.body)
 		}
-		_ = answering.Shutdown()
-		ln = fasthttputil.NewInmemoryListener()
-		done := make(chan struct{})
-		go func() { // accepts, never answers, closes
-			defer close(done)
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			time.Sleep(time.Second)
-			_ = c.Close()
-		}()
-		start := time.Now()
-		if !p.engineDown() {
-			t.Error("silent engine: want down")
+		thaw := make(chan struct{})
+		s.mu.Lock()
+		s.frozen = thaw
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		var held outcome
+		var took time.Duration
+		wg.Go(func() { held, took = chat("held") })
+		wg.Wait()
+		if held.status != 503 || held.header[wire.HeaderRetryable] != "true" || held.header[wire.HeaderRetryReason] != wire.RetryLocalConnectFailure || took > 2500*time.Millisecond {
+			t.Errorf("the request the frozen engine held: %d %q/%q after %v (%s), want a retryable 503 within 2.5 s",
+				held.status, held.header[wire.HeaderRetryable], held.header[wire.HeaderRetryReason], took, held.body)
 		}
-		if took := time.Since(start); took != engineCheckTimeout {
-			t.Errorf("silent engine judged after %v, want %v", took, engineCheckTimeout)
+		if o, took := chat("new"); o.status != 503 || took != 0 || !strings.Contains(o.body, "answers nothing") {
+			t.Errorf("a new request while the engine is unresponsive: %d after %v (%s), want 503 at once", o.status, took, o.body)
 		}
-		<-done
-		_ = ln.Close()
-		time.Sleep(time.Minute) // fasthttp's worker-pool cleaner exits (virtual time)
+		status, _, err := h.client.Get(nil, "http://pylon"+wire.HealthPath)
+		if err != nil || status != 503 {
+			t.Errorf("the gateway's health probe while the engine is unresponsive: %d %v, want 503", status, err)
+		}
+		if got := h.scrapeMetric(`pylon_engine_unresponsive`); got != 1 {
+			t.Errorf("engine_unresponsive = %v, want 1", got)
+		}
+		s.mu.Lock()
+		s.frozen = nil
+		s.mu.Unlock()
+		close(thaw)
+		time.Sleep(time.Second) // the next check is answered
+		if o, _ := chat("after"); o.status != 200 {
+			t.Errorf("after the engine thawed: %d %s", o.status, o.body)
+		}
+		if got := h.scrapeMetric(`pylon_engine_unresponsive_total`); got != 1 {
+			t.Errorf("engine_unresponsive_total = %v, want 1", got)
+		}
+		if got := h.scrapeMetric(`pylon_engine_unresponsive`); got != 0 {
+			t.Errorf("engine_unresponsive = %v after it answered again, want 0", got)
+		}
+		h.close()
 	})
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
+// --engine-check-timeout must not be negative.
+func TestEngineCheckTimeoutNotNegative(t *testing.T) {
+	cfg := pylon.DefaultConfig()
+	cfg.ModelNames, cfg.EngineCheckTimeout = []string{"m"}, -time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "engine-check-timeout") {
+		t.Errorf("a negative check timeout: %v", err)
+	}
+}

@@ -72,8 +72,13 @@ func (p *Pylon) toUpstream(ctx *fasthttp.RequestCtx, strip *headerset.Set) {
 	ctx.Request.URI().SetScheme(p.upstreamScheme)
 }
 
-// health forwards GET /health to the engine without bookkeeping (the gateway's RTT probe).
+// health forwards GET /health to the engine without bookkeeping (the gateway's RTT probe),
+// or answers 503 at once while the engine is unresponsive (watchEngine).
 func (p *Pylon) health(ctx *fasthttp.RequestCtx) {
+	if p.engineSilent.Load() {
+		engineUnresponsive().write(ctx)
+		return
+	}
 	p.toUpstream(ctx, hopOnly)
 	if err := p.client.DoTimeout(&ctx.Request, &ctx.Response, 5*time.Second); err != nil {
 		connectFailure(p.cfg.LocalConnectFailuresRetryable).write(ctx)
@@ -117,6 +122,12 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	}
 	if g == nil || p.draining.Load() {
 		generationUnavailable(string(modelName)).write(ctx)
+		return
+	}
+	if p.engineSilent.Load() {
+		// The engine answers nothing (watchEngine): another backend should take it.
+		engineUnresponsive().write(ctx)
+		p.metrics.retryable(wire.RetryLocalConnectFailure, fasthttp.StatusServiceUnavailable)
 		return
 	}
 	stream, bad := p.checkBody(ctx)

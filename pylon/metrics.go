@@ -54,6 +54,10 @@ const (
 	// first-output timeout; the request got 504) or stream_idle (a response stalled longer
 	// than the stream idle timeout; the relayed stream was ended with an error event).
 	mUpstreamTimeouts = "upstream_timeouts_total"
+	// mEngineUnresponsive counts the times the engine liveness watch marked the engine
+	// unresponsive; mEngineUnresponsiveNow is 1 while it is.
+	mEngineUnresponsive    = "engine_unresponsive_total"
+	mEngineUnresponsiveNow = "engine_unresponsive"
 	// mPromptWaits counts requests that waited for the same affinity key's prompt in
 	// flight on the engine (Config.PromptWait), by outcome: cached (released in time) or
 	// timeout; mPromptWaitSeconds is how long they waited; mPromptsInflight is the number
@@ -105,6 +109,8 @@ type pylonMetrics struct {
 	// firstOutputTimeouts and streamIdleTimeouts are upstream_timeouts_total by reason.
 	firstOutputTimeouts *metrics.Counter
 	streamIdleTimeouts  *metrics.Counter
+	// engineUnresponsive is engine_unresponsive_total.
+	engineUnresponsive *metrics.Counter
 	// promptCached and promptTimeout are prompt_waits_total by outcome; promptWait is
 	// prompt_wait_seconds.
 	promptCached, promptTimeout *metrics.Counter
@@ -126,6 +132,7 @@ func newPylonMetrics(prefix, id, version string, reference bool) *pylonMetrics {
 	m.set.GetOrCreateGauge(prefix+mTargetInfo+`{service_name="pylon",service_version="`+escape(version)+`",commit="`+escape(version)+`"}`, func() float64 { return 1 })
 	m.firstOutputTimeouts = m.counter(mUpstreamTimeouts + `{reason="first_output"}`)
 	m.streamIdleTimeouts = m.counter(mUpstreamTimeouts + `{reason="stream_idle"}`)
+	m.engineUnresponsive = m.counter(mEngineUnresponsive)
 	m.promptCached = m.counter(mPromptWaits + `{outcome="` + promptWaitCached + `"}`)
 	m.promptTimeout = m.counter(mPromptWaits + `{outcome="` + promptWaitTimeout + `"}`)
 	m.promptWait = m.set.GetOrCreatePrometheusHistogramExt(prefix+mPromptWaitSeconds, waitBuckets)

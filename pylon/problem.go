@@ -110,6 +110,8 @@ func upstreamFailure(err error, shuttingDown, retryable bool, engineDown func() 
 		p.Reason = wire.RetryLocalConnectFailure
 	case errors.As(err, new(*relay.DialError)):
 		return engineUnreachable()
+	case errors.Is(err, relay.AbortError(relay.AbortUnanswered)):
+		return engineUnresponsive() // abandoned by the liveness watch while it was sent
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, new(relay.AbortError)):
 		p = newProblem(fasthttp.StatusGatewayTimeout, "the engine sent no response within the first-output timeout")
 		p.Reason = reasonFirstOutputTimeout
@@ -127,6 +129,14 @@ func upstreamFailure(err error, shuttingDown, retryable bool, engineDown func() 
 func engineUnreachable() *problem {
 	p := newProblem(fasthttp.StatusServiceUnavailable, "the inference engine is unreachable")
 	p.Reason, p.retryable = wire.RetryLocalConnectFailure, true
+	return p
+}
+
+// engineUnresponsive answers a request while the engine answers no liveness check
+// (watchEngine), like an unreachable one: retryable on another backend.
+func engineUnresponsive() *problem {
+	p := engineUnreachable()
+	p.Detail = "the inference engine accepts connections but answers nothing (no answer to its liveness checks)"
 	return p
 }
 

@@ -134,6 +134,9 @@ type Pylon struct {
 	tracer Tracer
 	// clientGone is Deps.ClientGone (default peerClosed).
 	clientGone func(ctx *fasthttp.RequestCtx) bool
+	// engineSilent is set while the engine liveness watch finds the engine unresponsive
+	// (watchEngine): requests are answered 503 retryable without being sent to it.
+	engineSilent atomic.Bool
 }
 
 // New validates cfg and builds a pylon that is not yet running.
@@ -165,6 +168,12 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	}
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mPromptsInflight, func() float64 { return float64(p.prompts.size()) })
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mShareHeld, func() float64 { return float64(p.held.Load()) })
+	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mEngineUnresponsiveNow, func() float64 {
+		if p.engineSilent.Load() {
+			return 1
+		}
+		return 0
+	})
 	if p.lookupHost == nil {
 		p.lookupHost = net.DefaultResolver.LookupHost
 	}
@@ -316,6 +325,11 @@ func (p *Pylon) Run(ctx context.Context) error {
 		defer close(watched)
 		p.engine.Watch(stopWatch)
 	}()
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		p.watchEngine(stopWatch)
+	}()
 	serveErr := make(chan error, 1)
 	dataLn := relay.Listener(p.ln, !p.cfg.NoRawSocketIO)
 	if p.dataTLS != nil {
@@ -388,6 +402,7 @@ func (p *Pylon) Run(ctx context.Context) error {
 	p.stopGenerations()
 	close(stopWatch)
 	<-watched
+	<-checked
 	<-adminStopped
 	<-adminDone
 	p.control.CloseIdleConnections()

@@ -37,10 +37,16 @@ type standIn struct {
 	models     string   // GET /v1/models body
 	served     []string // names chat completions accept
 	canaryIDs  []string
+	frozen     chan struct{} // while set, every request waits for it to close (a frozen engine)
 }
 
 func (s *standIn) handle(ctx *fasthttp.RequestCtx) {
 	s.mu.Lock()
+	if frozen := s.frozen; frozen != nil {
+		s.mu.Unlock()
+		<-frozen
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	switch string(ctx.Path()) {
 	case "/metrics":

@@ -18,6 +18,7 @@ var suite = []scenario{
 	{name: "pylon-kill", short: true, about: "kill -9 a pylon under load; the other backend must serve every new request", run: runPylonKill},
 	{name: "engine-kill", about: "kill -9 an engine under load; the other backend must serve every new request", run: runEngineKill},
 	{name: "pylon-freeze", about: "SIGSTOP a pylon under load, SIGCONT it later; no new request may fail or hang", run: runPylonFreeze},
+	{name: "engine-freeze", about: "SIGSTOP an engine under load, SIGCONT it later; no new request may fail or hang", run: runEngineFreeze},
 	{name: "gateway-restart", about: "kill -9 the gateway and start it again on the same ports; pylons re-register", run: runGatewayRestart},
 	{name: "slowloris", short: true, gatewayArgs: slowlorisArgs, about: "stalled connections with partial headers; the read-header timeout must close them", run: runSlowloris},
 	{name: "oversized-bodies", about: "concurrent huge chunked bodies to the gateway, a pylon and an engine; 413 with bounded memory", run: runOversized},
@@ -114,7 +115,16 @@ func runEngineKill(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioRes
 }
 
 func runPylonFreeze(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioResult {
-	victim := PylonName(0)
+	return freezeUnderLoad(ctx, e, f, c, PylonName(0))
+}
+
+func runEngineFreeze(ctx context.Context, e *env, f *Fleet, c *Client) ScenarioResult {
+	return freezeUnderLoad(ctx, e, f, c, EngineName(0))
+}
+
+// freezeUnderLoad is the pylon-freeze and engine-freeze scenarios: SIGSTOP victim under
+// load, SIGCONT it later.
+func freezeUnderLoad(ctx context.Context, e *env, f *Fleet, c *Client, victim string) ScenarioResult {
 	return backendFault(ctx, e, f, c, e.sz.freeze,
 		func() error { return f.Signal(victim, syscall.SIGSTOP) },
 		func(ctx context.Context) error {

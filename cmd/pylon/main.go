@@ -82,6 +82,7 @@ type cli struct {
 	PromptCachedAt             string        `name:"prompt-cached-at" default:"first-output" enum:"first-output,headers" help:"When a prompt counts as cached for --prompt-wait: first-output (the answer's first output byte; engines that send streamed headers before the prefill, as vLLM and SGLang do) or headers (engines that send headers only once the prompt is prefilled, as the bundled mock engine does)."`
 	FirstOutputTimeout         time.Duration `name:"first-output-timeout" default:"30s" help:"Longest wait for the engine's first response bytes (the whole answer when not streamed): 504 problem+json (0 = none)."`
 	StreamIdleTimeout          time.Duration `name:"stream-idle-timeout" default:"30s" help:"Longest wait for more response bytes once the engine has started answering: the stream is cut (0 = none)."`
+	EngineCheckTimeout         time.Duration `name:"engine-check-timeout" default:"1s" help:"Engine liveness check: every half of this the pylon sends the engine GET /health on a new connection and wants the first byte of an answer within it. Two checks in a row unanswered mark the engine unresponsive (frozen or stuck): the requests waiting for its first byte, and new ones until a check passes, are answered 503 local_connect_failure, retryable, so gateways retry them elsewhere at once instead of after --first-output-timeout (0 = no checks)."`
 	RequireStreaming           bool          `name:"require-streaming" help:"Reject chat and responses bodies without \"stream\": true (400)."`
 	ControlToken               string        `name:"control-token" help:"Bearer token presented to the gateways' control endpoint (prefer --control-token-file or SWITCHYARD_PYLON_CONTROL_TOKEN: a flag shows in the process list)."`
 	ControlTokenFile           string        `name:"control-token-file" type:"path" help:"File holding the gateways' control token; re-read when it changes (Kubernetes Secret volumes). Excludes --control-token."`
@@ -138,6 +139,7 @@ func (c *cli) config() pylon.Config {
 	cfg.TLS = tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ClientCAFile: c.TLSClientCAFile}
 	cfg.ClientTLS = tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile}
 	cfg.FirstOutputTimeout, cfg.StreamIdleTimeout, cfg.RequireStreaming = c.FirstOutputTimeout, c.StreamIdleTimeout, c.RequireStreaming
+	cfg.EngineCheckTimeout = c.EngineCheckTimeout
 	cfg.PromptWait, cfg.PromptCachedAt = c.PromptWait, c.PromptCachedAt
 	cfg.ServerLimits = c.Limits.Limits()
 	cfg.NoRawSocketIO = !c.RawSocketIO
