@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -459,5 +460,64 @@ func TestExpiredPylonRequestsFailOverDeregisteredDrain(t *testing.T) {
 		if r.status != 200 || !strings.Contains(r.body, `"served_by":"draining"`) {
 			t.Errorf("request held by a deregistered pylon: %d %s, want its answer", r.status, r.body)
 		}
+	})
+}
+
+// When a pylon expires (its heartbeats stopped), a stream it has sent nothing since its
+// last heartbeat ends at once with an error event instead of hanging (nothing else bounds
+// a stream's silence); a stream it is still feeding runs to its end.
+func TestExpiredPylonStalledStreamEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{}, `{"default":"round-robin"}`)
+		release := make(chan struct{})
+		stream := func(events int, gap time.Duration) func(int, *fasthttp.RequestCtx) {
+			return func(_ int, ctx *fasthttp.RequestCtx) {
+				ctx.SetContentType("text/event-stream")
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					for range events {
+						_, _ = w.WriteString("data: {}\n\n")
+						if w.Flush() != nil {
+							return
+						}
+						if gap == 0 { // stops feeding the stream (for a minute: a test that fails ends)
+							select {
+							case <-release:
+							case <-time.After(time.Minute):
+							}
+						}
+						time.Sleep(gap)
+					}
+					_, _ = w.WriteString("data: [DONE]\n\n")
+				})
+			}
+		}
+		h.registerBeating(h.pylon("stalled", "c-stalled", idleLoad(), stream(2, 0)), 1000)
+		h.registerBeating(h.pylon("flowing", "c-flowing", idleLoad(), stream(60, 100*time.Millisecond)), 1000)
+		start := time.Now()
+		var wg sync.WaitGroup
+		results := make([]response, 2)
+		took := make([]time.Duration, 2)
+		for i := range results {
+			wg.Go(func() {
+				results[i] = h.do("POST", "/v1/chat/completions", streamBody, nil)
+				took[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		for i, r := range results {
+			switch r.headers["X-Inference-Server-Id"] {
+			case "stalled":
+				if !strings.Contains(r.body, `"code":"`) || strings.Contains(r.body, "[DONE]") || took[i] > 3*time.Second+time.Second/4 {
+					t.Errorf("the stalled stream: ended after %v with %q, want an error event at its pylon's 3 s expiry", took[i], r.body)
+				}
+			case "flowing":
+				if !strings.HasSuffix(r.body, "data: [DONE]\n\n") || took[i] < 6*time.Second {
+					t.Errorf("the flowing stream: ended after %v with %q, want all 60 events and [DONE]", took[i], r.body[max(0, len(r.body)-80):])
+				}
+			default:
+				t.Errorf("request %d: %d from %q: %s", i, r.status, r.headers["X-Inference-Server-Id"], r.body)
+			}
+		}
+		close(release)
 	})
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"time"
 
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/internal/relay"
@@ -42,7 +43,13 @@ var (
 // its heartbeats or its health probes stopped getting through). Their connections are
 // closed, so each attempt fails over now, as a pylon_unresponsive retry (counted in
 // upstream_abandoned_attempts_total by attempt), instead of waiting for a frozen or cut-off
-// pylon until --upstream-headers-timeout. It returns the connections closed.
-func (g *Gateway) abandon(b *fleet.Backend) int {
+// pylon until --upstream-headers-timeout. With stalled > 0 the streams b has sent nothing
+// for that long are closed too: the client gets the stream's error event (stream.go)
+// instead of a stream that never ends, since nothing bounds a stream's silence. It returns
+// the connections closed.
+func (g *Gateway) abandon(b *fleet.Backend, stalled time.Duration) int {
+	if stalled > 0 {
+		return g.upstream.AbortStalled(b.Client.Addr, stalled)
+	}
 	return g.upstream.AbortUnanswered(b.Client.Addr)
 }

@@ -25,6 +25,7 @@ type abandonRig struct {
 	script    []error // the probe results in turn; past the end, probes pass
 	probes    int
 	abandoned []string
+	stalled   []time.Duration // each call's stalled argument
 }
 
 var (
@@ -52,10 +53,11 @@ func newAbandonRig(t *testing.T, script ...error) *abandonRig {
 		},
 		ProbeInterval:    time.Second,
 		DefaultHeartbeat: time.Second, MinExpiry: 3 * time.Second,
-		OnUnresponsive: func(b *fleet.Backend) int {
+		OnUnresponsive: func(b *fleet.Backend, stalled time.Duration) int {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.abandoned = append(r.abandoned, b.ID)
+			r.stalled = append(r.stalled, stalled)
 			return 1
 		},
 	})
@@ -91,8 +93,8 @@ func TestUnresponsiveBackendIsAbandoned(t *testing.T) {
 		}
 		time.Sleep(time.Second) // probe 6: the second silent one in a row
 		synctest.Wait()
-		if got := r.calls(); len(got) != 1 || got[0] != "p1" || b.Abandoned() != 1 {
-			t.Fatalf("after two silent probes in a row: abandoned %v (%d), want [p1] once", got, b.Abandoned())
+		if got := r.calls(); len(got) != 1 || got[0] != "p1" || b.Abandoned() != 1 || r.stalled[0] != 0 {
+			t.Fatalf("after two silent probes in a row: abandoned %v (%d, stalled %v), want [p1] once, unanswered requests only", got, b.Abandoned(), r.stalled)
 		}
 	})
 }
@@ -112,8 +114,8 @@ func TestExpiredBackendIsAbandonedDeregisteredIsNot(t *testing.T) {
 		gone := r.fleet.Get("gone")
 		time.Sleep(3*time.Second + time.Millisecond) // three missed heartbeats
 		synctest.Wait()
-		if got := r.calls(); len(got) != 1 || got[0] != "gone" || gone.Abandoned() != 1 || r.fleet.Get("gone") != nil {
-			t.Fatalf("after the expiry: abandoned %v (%d), want [gone]", got, gone.Abandoned())
+		if got := r.calls(); len(got) != 1 || got[0] != "gone" || gone.Abandoned() != 1 || r.fleet.Get("gone") != nil || r.stalled[0] != 2*time.Second {
+			t.Fatalf("after the expiry: abandoned %v (%d, stalled %v), want [gone], with streams silent 2 s (its last heartbeat 3 s ago, less one heartbeat)", got, gone.Abandoned(), r.stalled)
 		}
 	})
 }

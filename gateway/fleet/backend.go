@@ -165,8 +165,10 @@ func (a *backendActor) Receive(c actor.Context) {
 			a.alarm.Fired()
 			a.fleet.deps.Logger.Info("backend_expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
 			a.expire(c)
-			// Gone without a word: nothing it has not begun to answer will come back.
-			a.fleet.abandon(a.b, "expired")
+			// Gone without a word: nothing it has not begun to answer will come back. It
+			// went silent within a heartbeat of its last one (else it would have sent
+			// another), so its streams have been silent at least this long since.
+			a.fleet.abandon(a.b, "expired", max(now.Sub(a.lastSeen)-a.heartbeat, time.Nanosecond))
 			return
 		}
 		a.checkEjection(now)

@@ -77,9 +77,12 @@ type Deps struct {
 	// silentProbesToAbandon health probes in a row got no answer at all (none within the
 	// probe timeout, or no connection; a 5xx, ErrProbeAnswered, is an answer). The
 	// gateway abandons the backend's requests still waiting for an answer, so they fail
-	// over at once instead of waiting out --upstream-headers-timeout. It returns the
-	// number of requests abandoned. Nil: nothing is abandoned.
-	OnUnresponsive func(b *Backend) int
+	// over at once instead of waiting out --upstream-headers-timeout; with stalled > 0
+	// (an expiry: the time since the backend's last heartbeat less one heartbeat, as it
+	// went silent within a heartbeat of its last one) also the streams it has sent nothing
+	// for that long, which end with an error event instead of hanging. It
+	// returns the number of connections closed. Nil: nothing is abandoned.
+	OnUnresponsive func(b *Backend, stalled time.Duration) int
 }
 
 // Fleet is the registry of backends. Safe for concurrent use.
@@ -407,16 +410,17 @@ func (f *Fleet) forget(b *Backend) {
 // attempt during which it moved was (most likely) abandoned, not refused by the pylon.
 func (b *Backend) Abandoned() uint64 { return b.abandoned.Load() }
 
-// abandon tells the gateway to give up b's requests still waiting for an answer; why
-// says what showed the pylon unresponsive (expired, health_probes_unanswered).
-func (f *Fleet) abandon(b *Backend, why string) {
+// abandon tells the gateway to give up b's requests still waiting for an answer (and, with
+// stalled > 0, its streams silent that long: see Deps.OnUnresponsive); why says what showed
+// the pylon unresponsive (expired, health_probes_unanswered).
+func (f *Fleet) abandon(b *Backend, why string, stalled time.Duration) {
 	if f.deps.OnUnresponsive == nil {
 		return
 	}
 	b.abandoned.Add(1)
-	if n := f.deps.OnUnresponsive(b); n > 0 {
+	if n := f.deps.OnUnresponsive(b, stalled); n > 0 {
 		f.deps.Logger.Warn("backend_unresponsive", "backend", b.ID, "why", why, "abandoned", n,
-			"detail", "requests it had not begun to answer fail over to other backends")
+			"detail", "requests it had not begun to answer fail over to other backends; streams it stopped feeding end with an error event")
 	}
 }
 
@@ -439,7 +443,7 @@ func (f *Fleet) probeLoop(ctx context.Context, b *Backend) {
 			}
 			silent++
 			if silent >= silentProbesToAbandon {
-				f.abandon(b, "health_probes_unanswered")
+				f.abandon(b, "health_probes_unanswered", 0)
 			}
 		}
 	}

@@ -285,11 +285,31 @@ func (w *Conns) Abort() int {
 // AbortError for a write cut short). Idle connections and
 // responses already arriving (a relayed stream) are left alone. It returns the number
 // of connections closed.
-func (w *Conns) AbortUnanswered(addr string) int {
+func (w *Conns) AbortUnanswered(addr string) int { return w.abandon(addr, 0) }
+
+// AbortStalled is AbortUnanswered, and also closes the connections to addr whose response
+// has begun but whose pending read has waited at least stalled for more (a stream the
+// upstream stopped feeding; their reads fail the same way, and a relayed stream ends). It
+// judges the wait by the watchdog's ticks, erring towards sparing a read (one begun less
+// than stalled ago is never closed); without a watchdog it is AbortUnanswered.
+func (w *Conns) AbortStalled(addr string, stalled time.Duration) int {
+	return w.abandon(addr, max(stalled, time.Nanosecond))
+}
+
+// abandon closes addr's unanswered connections and, with stalled > 0 and a watchdog, its
+// answered ones whose pending read began at least stalled ago.
+func (w *Conns) abandon(addr string, stalled time.Duration) int {
+	limit := w.ticks(stalled) // 0: unanswered only
+	now := w.tick.Load()
 	var waiting []*conn // not the watchdog's scratch list: this runs on the caller's goroutine
 	w.mu.Lock()
 	for c := range w.conns {
-		if c.addr == addr && c.written.Load() && !c.answered.Load() {
+		if c.addr != addr || !c.written.Load() {
+			continue
+		}
+		if !c.answered.Load() {
+			waiting = append(waiting, c)
+		} else if since := c.readSince.Load(); limit > 0 && since != 0 && since <= now && now-since >= limit {
 			waiting = append(waiting, c)
 		}
 	}

@@ -35,11 +35,12 @@ func newDeadlineRig(t *testing.T, fixed time.Duration) *deadlineRig {
 			ctx.SetBodyString("ok")
 			return
 		}
+		stall, _ := time.ParseDuration(string(ctx.Request.Header.Peek("stall")))
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			for range 4 {
 				_, _ = w.WriteString("chunk\n")
 				_ = w.Flush()
-				time.Sleep(time.Second)
+				time.Sleep(time.Second + stall) // "stall": a stream the upstream stops feeding
 			}
 		})
 	}}
@@ -66,12 +67,18 @@ func newDeadlineRig(t *testing.T, fixed time.Duration) *deadlineRig {
 // do sends one request with a deadline (0: none) and returns the error and the time to
 // the response headers.
 func (r *deadlineRig) do(deadline, delay time.Duration, stream bool) (time.Duration, *fasthttp.Response, error) {
+	return r.doStalling(deadline, delay, 0, stream)
+}
+
+// doStalling is do for a stream whose upstream waits stall more between its chunks.
+func (r *deadlineRig) doStalling(deadline, delay, stall time.Duration, stream bool) (time.Duration, *fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := fasthttp.AcquireResponse()
 	req.SetRequestURI("http://upstream/")
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.Set("delay", delay.String())
+	req.Header.Set("stall", stall.String())
 	if stream {
 		req.Header.Set("stream", "1")
 		resp.StreamBody = true
@@ -221,5 +228,59 @@ func TestConnsAbortUnanswered(t *testing.T) {
 			t.Errorf("a later request: %v %q after %v", err, resp.Body(), took)
 		}
 		fasthttp.ReleaseResponse(resp)
+	})
+}
+
+// AbortStalled also ends a stream whose upstream stopped feeding it (its pending read has
+// waited at least the given time), and spares one still flowing (a chunk a second) and an
+// idle pooled connection.
+func TestConnsAbortStalled(t *testing.T) {
+	mocktest.StartDateRefresher() // outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		r := newDeadlineRig(t, 10*time.Second)
+		_, idle, err := r.do(0, 0, false) // leaves an idle connection in the pool
+		if err != nil {
+			t.Fatal(err)
+		}
+		fasthttp.ReleaseResponse(idle)
+		_, flowing, err := r.do(0, 0, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stalled, err := r.doStalling(0, 0, time.Minute, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := func(resp *fasthttp.Response, into chan<- int) {
+			n, buf := 0, make([]byte, 64)
+			for body := resp.BodyStream(); ; {
+				m, err := body.Read(buf)
+				n += m
+				if err != nil {
+					break
+				}
+			}
+			into <- n
+		}
+		flowed, cut := make(chan int, 1), make(chan int, 1)
+		go read(flowing, flowed)
+		go read(stalled, cut)
+		time.Sleep(2500 * time.Millisecond) // the stalled one has waited 2.5 s past its first chunk
+		synctest.Wait()
+		if n := r.w.AbortStalled("upstream", 2*time.Second); n != 1 {
+			t.Errorf("%d connections closed, want 1 (the stalled stream only)", n)
+		}
+		start := time.Now()
+		if n := <-cut; n != len("chunk\n") || time.Since(start) != 0 {
+			t.Errorf("the stalled stream: %d bytes, ended %v after the abort; want its one chunk, then at once", n, time.Since(start))
+		}
+		if n := <-flowed; n != 4*len("chunk\n") {
+			t.Errorf("the flowing stream: %d bytes relayed, want all 24", n)
+		}
+		for _, resp := range []*fasthttp.Response{flowing, stalled} {
+			_ = resp.CloseBodyStream()
+			fasthttp.ReleaseResponse(resp)
+		}
+		time.Sleep(5 * time.Minute) // the abandoned handler finishes (4 chunks, 61 s apart)
 	})
 }
