@@ -67,9 +67,10 @@ func isTimeout(err error) bool {
 // gateway either. Once engineSilentChecks checks in a row were silent, the engine is
 // unresponsive: the requests it holds that have no response byte yet are abandoned (their
 // connections closed: each is answered 503 local_connect_failure, retryable, and the
-// gateway retries it on another backend), again after every further silent check, and the
-// handler refuses new requests the same way (engineSilent). A check that is not silent
-// ends it.
+// gateway retries it on another backend), and so are the streams it has sent nothing for a
+// check timeout (they end with an error event), again after every further silent
+// check; the handler refuses new requests the same way (engineSilent). A check that is not
+// silent ends it.
 func (p *Pylon) watchEngine(stop <-chan struct{}) {
 	timeout := p.cfg.EngineCheckTimeout
 	if timeout <= 0 {
@@ -100,6 +101,9 @@ func (p *Pylon) watchEngine(stop <-chan struct{}) {
 			p.log.Warn("engine_unresponsive", "engine", p.client.Addr, "silent_checks", silent,
 				"detail", "the engine answered no liveness check; requests waiting for it, and new ones, are answered 503 retryable")
 		}
-		p.engine.AbortUnanswered(p.client.Addr)
+		// Its streams that have got nothing for a check timeout end too (with an error
+		// event to the gateway) instead of waiting for --stream-idle-timeout: the engine
+		// has been silent at least twice that long, and one still sending is spared.
+		p.engine.AbortStalled(p.client.Addr, timeout)
 	}
 }

@@ -80,3 +80,37 @@ func TestEngineCheckTimeoutNotNegative(t *testing.T) {
 		t.Errorf("a negative check timeout: %v", err)
 	}
 }
+
+// A stream the engine stops feeding when it freezes ends with an error event once the
+// liveness watch finds the engine unresponsive (its reads silent all the while the checks
+// were), within about 5 s, not after the 30 s stream idle timeout.
+func TestHermeticFrozenEngineEndsItsStreams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &standIn{exposition: fixture(t, "vllm_v0.10.txt"), models: vllmModels(qwen, qwen), served: []string{qwen}, streams: true}
+		h := newStandInHermetic(t, realEngineConfig("vllm", qwen), s)
+		h.await(3*time.Second, func(r received) bool { _, ok := modelStats(r, qwen); return ok })
+		body := `{"model":"` + qwen + `","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		first := make(chan struct{})
+		var o outcome
+		var wg sync.WaitGroup
+		start := time.Now()
+		wg.Go(func() {
+			o = h.sendWith("/v1/chat/completions", "streamed", 10, body, first, map[string]string{wire.HeaderModel: qwen})
+		})
+		<-first
+		thaw := make(chan struct{})
+		s.mu.Lock()
+		s.frozen = thaw
+		s.mu.Unlock()
+		frozeAt := time.Since(start)
+		wg.Wait()
+		if o.status != 200 || !strings.Contains(o.body, `"error"`) || strings.Contains(o.body, "[DONE]") || o.end-frozeAt > 5*time.Second {
+			t.Errorf("the stream of a frozen engine: %d, ended %v after the freeze with %q; want an error event within 5 s", o.status, o.end-frozeAt, o.body)
+		}
+		s.mu.Lock()
+		s.frozen = nil
+		s.mu.Unlock()
+		close(thaw)
+		h.close()
+	})
+}

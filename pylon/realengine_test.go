@@ -1,6 +1,7 @@
 package pylon_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -38,6 +39,31 @@ type standIn struct {
 	served     []string // names chat completions accept
 	canaryIDs  []string
 	frozen     chan struct{} // while set, every request waits for it to close (a frozen engine)
+	streams    bool          // chat completions may ask for a stream: 20 events 100 ms apart
+}
+
+// stream answers a streamed chat completion: an event every 100 ms, 20 in all, each
+// waiting while the stand-in is frozen.
+func (s *standIn) stream(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/event-stream")
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		for i := range 20 {
+			if i > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			s.mu.Lock()
+			frozen := s.frozen
+			s.mu.Unlock()
+			if frozen != nil {
+				<-frozen
+			}
+			_, _ = w.WriteString(`data: {"choices":[{"index":0,"delta":{"content":"2"}}]}` + "\n\n")
+			if w.Flush() != nil {
+				return
+			}
+		}
+		_, _ = w.WriteString("data: [DONE]\n\n")
+	})
 }
 
 func (s *standIn) handle(ctx *fasthttp.RequestCtx) {
@@ -79,7 +105,7 @@ func (s *standIn) chat(ctx *fasthttp.RequestCtx) {
 		s.canaryIDs = append(s.canaryIDs, id)
 	}
 	ctx.SetContentType("application/json")
-	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || len(req.Messages) == 0 || req.MaxTokens == nil || *req.MaxTokens < 1 || req.Stream {
+	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || len(req.Messages) == 0 || req.MaxTokens == nil || *req.MaxTokens < 1 || (req.Stream && !s.streams) {
 		ctx.SetStatusCode(fasthttp.StatusBadRequest)
 		ctx.SetBodyString(`{"object":"error","message":"invalid request","type":"BadRequestError","param":null,"code":400}`)
 		return
@@ -87,6 +113,10 @@ func (s *standIn) chat(ctx *fasthttp.RequestCtx) {
 	if !slices.Contains(s.served, req.Model) {
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
 		ctx.SetBodyString(`{"object":"error","message":"The model ` + "`" + req.Model + "`" + ` does not exist.","type":"NotFoundError","param":null,"code":404}`)
+		return
+	}
+	if req.Stream {
+		s.stream(ctx)
 		return
 	}
 	n := min(*req.MaxTokens, 2) // "2", then the end of the answer

@@ -167,8 +167,10 @@ func (a *backendActor) Receive(c actor.Context) {
 			a.expire(c)
 			// Gone without a word: nothing it has not begun to answer will come back. It
 			// went silent within a heartbeat of its last one (else it would have sent
-			// another), so its streams have been silent at least this long since.
-			a.fleet.abandon(a.b, "expired", max(now.Sub(a.lastSeen)-a.heartbeat, time.Nanosecond))
+			// another), so its streams have been silent for at least two thirds of the
+			// time since; those silent a third of it (1 s by default) end, and one still
+			// sending is spared.
+			a.fleet.abandon(a.b, "expired", max(now.Sub(a.lastSeen)/3, time.Nanosecond))
 			return
 		}
 		a.checkEjection(now)
