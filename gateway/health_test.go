@@ -375,17 +375,7 @@ func TestUnresponsivePylonRequestsFailOver(t *testing.T) {
 		h.register(frozen)
 		h.register(h.pylon("ok", "c-ok", idleLoad(), nil))
 		thaw := frozen.freeze()
-		start := time.Now()
-		var wg sync.WaitGroup
-		results := make([]response, 4)
-		took := make([]time.Duration, 4)
-		for i := range results {
-			wg.Go(func() {
-				results[i] = h.chat(nil)
-				took[i] = time.Since(start)
-			})
-		}
-		wg.Wait()
+		results, took := h.concurrently(4, func() response { return h.chat(nil) })
 		waited := 0
 		for i, r := range results {
 			if r.status != 200 || !strings.Contains(r.body, `"served_by":"ok"`) {
@@ -417,17 +407,7 @@ func TestExpiredPylonRequestsFailOverDeregisteredDrain(t *testing.T) {
 		slow := func(int, *fasthttp.RequestCtx) { <-release }
 		h.registerBeating(h.pylon("silent", "c-silent", idleLoad(), slow), 1000)
 		h.register(h.pylon("ok", "c-ok", idleLoad(), nil))
-		start := time.Now()
-		var wg sync.WaitGroup
-		results := make([]response, 2)
-		took := make([]time.Duration, 2)
-		for i := range results {
-			wg.Go(func() {
-				results[i] = h.chat(nil)
-				took[i] = time.Since(start)
-			})
-		}
-		wg.Wait()
+		results, took := h.concurrently(2, func() response { return h.chat(nil) })
 		for i, r := range results {
 			if r.status != 200 || !strings.Contains(r.body, `"served_by":"ok"`) || took[i] > 3*time.Second+time.Second/4 {
 				t.Errorf("request %d: %d after %v, want 200 from ok within the 3 s expiry: %s", i, r.status, took[i], r.body)
@@ -449,6 +429,7 @@ func TestExpiredPylonRequestsFailOverDeregisteredDrain(t *testing.T) {
 		}
 		synctest.Wait()
 		var r response
+		var wg sync.WaitGroup
 		wg.Go(func() { r = h.chat(nil) })
 		synctest.Wait() // the request waits at the draining pylon
 		if got := h.do("DELETE", wire.RegistrationPath+"draining", nil, nil); got.status/100 != 2 {
@@ -493,17 +474,7 @@ func TestExpiredPylonStalledStreamEnds(t *testing.T) {
 		}
 		h.registerBeating(h.pylon("stalled", "c-stalled", idleLoad(), stream(2, 0)), 1000)
 		h.registerBeating(h.pylon("flowing", "c-flowing", idleLoad(), stream(60, 100*time.Millisecond)), 1000)
-		start := time.Now()
-		var wg sync.WaitGroup
-		results := make([]response, 2)
-		took := make([]time.Duration, 2)
-		for i := range results {
-			wg.Go(func() {
-				results[i] = h.do("POST", "/v1/chat/completions", streamBody, nil)
-				took[i] = time.Since(start)
-			})
-		}
-		wg.Wait()
+		results, took := h.concurrently(2, func() response { return h.do("POST", "/v1/chat/completions", streamBody, nil) })
 		for i, r := range results {
 			switch r.headers["X-Inference-Server-Id"] {
 			case "stalled":
@@ -520,4 +491,20 @@ func TestExpiredPylonStalledStreamEnds(t *testing.T) {
 		}
 		close(release)
 	})
+}
+
+// concurrently sends n requests at once with send and returns their responses and how long
+// after the start each ended.
+func (h *harness) concurrently(n int, send func() response) ([]response, []time.Duration) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	results, took := make([]response, n), make([]time.Duration, n)
+	for i := range results {
+		wg.Go(func() {
+			results[i] = send()
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	return results, took
 }

@@ -36,15 +36,8 @@ func TestHermeticSlotShareHold(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := pylon.DefaultConfig()
-				cfg.ModelNames, cfg.EngineStatsStream = []string{"dummy-model"}, "off"
-				cfg.Admission.SlotShare, cfg.Admission.SlotShareWait = 2, tc.wait
-				h := newHermetic(t, cfg, mock.Config{
-					PrefillTokensPerSecond: 1e6, TTFT: 100 * time.Millisecond, TokenDelay: time.Second,
-					NumTokens: 2, MaxConcurrentRequests: 2,
-				})
+				h := newShareHermetic(t, tc.wait)
 				defer h.close()
-				h.await(time.Second, running(0))
 
 				const path = "/v1/chat/completions"
 				noQueue := map[string]string{wire.HeaderExpectedQueueMs: "0"}
@@ -96,15 +89,8 @@ func TestHermeticSlotShareHold(t *testing.T) {
 // engine, its hold ends as client_gone, and the pylon counts it neither held nor queued.
 func TestHermeticSlotShareHoldClientGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := pylon.DefaultConfig()
-		cfg.ModelNames, cfg.EngineStatsStream = []string{"dummy-model"}, "off"
-		cfg.Admission.SlotShare = 2
-		h := newHermetic(t, cfg, mock.Config{
-			PrefillTokensPerSecond: 1e6, TTFT: 100 * time.Millisecond, TokenDelay: time.Second,
-			NumTokens: 2, MaxConcurrentRequests: 2,
-		})
+		h := newShareHermetic(t, pylon.DefaultConfig().Admission.SlotShareWait)
 		defer h.close()
-		h.await(time.Second, running(0))
 
 		const path = "/v1/chat/completions"
 		noQueue := map[string]string{wire.HeaderExpectedQueueMs: "0"}
@@ -137,6 +123,22 @@ func TestHermeticSlotShareHoldClientGone(t *testing.T) {
 		}
 		h.await(time.Second, running(0))
 	})
+}
+
+// newShareHermetic is a pylon with a slot share of 2 (and --engine-slot-share-wait wait)
+// in front of an engine with 2 slots, each request 100 ms to its first token then 2
+// tokens 1 s apart, once its first registration shows the engine idle.
+func newShareHermetic(t *testing.T, wait time.Duration) *hermetic {
+	t.Helper()
+	cfg := pylon.DefaultConfig()
+	cfg.ModelNames, cfg.EngineStatsStream = []string{"dummy-model"}, "off"
+	cfg.Admission.SlotShare, cfg.Admission.SlotShareWait = 2, wait
+	h := newHermetic(t, cfg, mock.Config{
+		PrefillTokensPerSecond: 1e6, TTFT: 100 * time.Millisecond, TokenDelay: time.Second,
+		NumTokens: 2, MaxConcurrentRequests: 2,
+	})
+	h.await(time.Second, running(0))
+	return h
 }
 
 // engineCompleted sums the mock engine's requests_completed_total.
