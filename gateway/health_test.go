@@ -444,8 +444,8 @@ func TestExpiredPylonRequestsFailOverDeregisteredDrain(t *testing.T) {
 	})
 }
 
-// When a pylon expires (its heartbeats stopped), a stream it has sent nothing for a third
-// of the time since its last heartbeat ends at once with an error event instead of hanging
+// When a pylon expires (its heartbeats stopped), a stream it has sent nothing for half
+// the time since its last heartbeat ends at once with an error event instead of hanging
 // (nothing else bounds a stream's silence); a stream it is still feeding runs to its end.
 func TestExpiredPylonStalledStreamEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -128,7 +128,7 @@ type Config struct {
 	StreamIdleTimeout time.Duration
 	// EngineCheckTimeout is the engine liveness check's bound: every EngineCheckTimeout/2
 	// the pylon sends the engine a request on a new connection and wants the first byte of
-	// an answer within EngineCheckTimeout; two checks in a row without one mark the engine
+	// an answer within EngineCheckTimeout; three checks in a row without one mark the engine
 	// unresponsive (frozen, stuck): the requests waiting for its first byte are answered
 	// 503 local_connect_failure, retryable, and so is every new one until a check passes
 	// (1 s; 0 = no checks). See enginedown.go.

@@ -9,8 +9,14 @@ import (
 const engineCheckTimeout = 250 * time.Millisecond
 
 // engineSilentChecks is the number of liveness checks in a row without an answer that
-// mark the engine unresponsive: two, so one slow answer alone never costs requests.
-const engineSilentChecks = 2
+// mark the engine unresponsive: three, so an engine has to stay silent for three check
+// timeouts (an event loop lagging a second or two under load is not frozen).
+const engineSilentChecks = 3
+
+// engineStallChecks is how many check timeouts a stream of an unresponsive engine must
+// have got nothing for to be ended: less than the silence that marked the engine, so a
+// frozen engine's streams end, and a stream still sending is spared.
+const engineStallChecks = 2
 
 // engineCheck is the request engineDown sends: any answer at all shows the engine lives
 // (a TLS engine answers a plain request too, with an error).
@@ -67,8 +73,8 @@ func isTimeout(err error) bool {
 // gateway either. Once engineSilentChecks checks in a row were silent, the engine is
 // unresponsive: the requests it holds that have no response byte yet are abandoned (their
 // connections closed: each is answered 503 local_connect_failure, retryable, and the
-// gateway retries it on another backend), and so are the streams it has sent nothing for a
-// check timeout (they end with an error event), again after every further silent
+// gateway retries it on another backend), and so are the streams it has sent nothing for
+// engineStallChecks check timeouts (they end with an error event), again after every further silent
 // check; the handler refuses new requests the same way (engineSilent). A check that is not
 // silent ends it.
 func (p *Pylon) watchEngine(stop <-chan struct{}) {
@@ -101,9 +107,9 @@ func (p *Pylon) watchEngine(stop <-chan struct{}) {
 			p.log.Warn("engine_unresponsive", "engine", p.client.Addr, "silent_checks", silent,
 				"detail", "the engine answered no liveness check; requests waiting for it, and new ones, are answered 503 retryable")
 		}
-		// Its streams that have got nothing for a check timeout end too (with an error
+		// Its streams that have got nothing for two check timeouts end too (with an error
 		// event to the gateway) instead of waiting for --stream-idle-timeout: the engine
-		// has been silent at least twice that long, and one still sending is spared.
-		p.engine.AbortStalled(p.client.Addr, timeout)
+		// has been silent at least three, and one still sending is spared.
+		p.engine.AbortStalled(p.client.Addr, engineStallChecks*timeout)
 	}
 }

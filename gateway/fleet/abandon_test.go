@@ -114,8 +114,8 @@ func TestExpiredBackendIsAbandonedDeregisteredIsNot(t *testing.T) {
 		gone := r.fleet.Get("gone")
 		time.Sleep(3*time.Second + time.Millisecond) // three missed heartbeats
 		synctest.Wait()
-		if got := r.calls(); len(got) != 1 || got[0] != "gone" || gone.Abandoned() != 1 || r.fleet.Get("gone") != nil || r.stalled[0] != time.Second {
-			t.Fatalf("after the expiry: abandoned %v (%d, stalled %v), want [gone], with streams silent 1 s (a third of the 3 s since its last heartbeat)", got, gone.Abandoned(), r.stalled)
+		if got := r.calls(); len(got) != 1 || got[0] != "gone" || gone.Abandoned() != 1 || r.fleet.Get("gone") != nil || r.stalled[0] != 1500*time.Millisecond {
+			t.Fatalf("after the expiry: abandoned %v (%d, stalled %v), want [gone], with streams silent 1.5 s (half the 3 s since its last heartbeat)", got, gone.Abandoned(), r.stalled)
 		}
 	})
 }

@@ -168,9 +168,9 @@ func (a *backendActor) Receive(c actor.Context) {
 			// Gone without a word: nothing it has not begun to answer will come back. It
 			// went silent within a heartbeat of its last one (else it would have sent
 			// another), so its streams have been silent for at least two thirds of the
-			// time since; those silent a third of it (1 s by default) end, and one still
-			// sending is spared.
-			a.fleet.abandon(a.b, "expired", max(now.Sub(a.lastSeen)/3, time.Nanosecond))
+			// time since; those silent half of it (1.5 s by default) end, and one still
+			// sending (or in a prefill under a second or so) is spared.
+			a.fleet.abandon(a.b, "expired", max(now.Sub(a.lastSeen)/2, time.Nanosecond))
 			return
 		}
 		a.checkEjection(now)

@@ -78,7 +78,7 @@ type Deps struct {
 	// probe timeout, or no connection; a 5xx, ErrProbeAnswered, is an answer). The
 	// gateway abandons the backend's requests still waiting for an answer, so they fail
 	// over at once instead of waiting out --upstream-headers-timeout; with stalled > 0
-	// (an expiry: a third of the time since the backend's last heartbeat, while its
+	// (an expiry: half the time since the backend's last heartbeat, while its
 	// streams have been silent for two thirds of it at least, as it went silent within a
 	// heartbeat of its last one) also the streams it has sent nothing for that long, which
 	// end with an error event instead of hanging. It
