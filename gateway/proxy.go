@@ -389,7 +389,8 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		kind := retry.TransportFailure
 		switch {
 		case b.Abandoned() != abandoned:
-			// Given up while it waited: the pylon answered no health probe (g.abandon).
+			// Given up while it waited: the pylon expired, or answered no health probe
+			// twice in a row (g.abandon).
 			why, kind = fleet.FailUnresponsive, retry.Abandoned
 			err = fmt.Errorf("%w (waited %v): %w", errAbandoned, now.Sub(start).Round(time.Millisecond), err)
 			g.metrics.inc(mAbandoned)

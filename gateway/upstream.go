@@ -36,7 +36,7 @@ func (g *Gateway) newUpstreamConns() *relay.Conns {
 var (
 	errHeadersTimeout   = errors.New("the pylon sent no answer within --upstream-headers-timeout")
 	errFirstByteTimeout = errors.New("the pylon sent no answer within the attempt's first-byte deadline")
-	errAbandoned        = errors.New("the pylon stopped answering health probes; the attempt was given up")
+	errAbandoned        = errors.New("the pylon stopped answering (its heartbeats or health probes); the attempt was given up")
 )
 
 // abandon gives up b's attempts still waiting for an answer (the fleet's OnUnresponsive:

@@ -77,12 +77,12 @@ type Deps struct {
 	// silentProbesToAbandon health probes in a row got no answer at all (none within the
 	// probe timeout, or no connection; a 5xx, ErrProbeAnswered, is an answer). The
 	// gateway abandons the backend's requests still waiting for an answer, so they fail
-	// over at once instead of waiting out --upstream-headers-timeout; with stalled > 0
-	// (an expiry: half the time since the backend's last heartbeat, while its
-	// streams have been silent for two thirds of it at least, as it went silent within a
-	// heartbeat of its last one) also the streams it has sent nothing for that long, which
-	// end with an error event instead of hanging. It
-	// returns the number of connections closed. Nil: nothing is abandoned.
+	// over at once instead of waiting out --upstream-headers-timeout. With stalled > 0
+	// (an expiry: half the time since the backend's last heartbeat; its streams have been
+	// silent for two thirds of it at least, as it went silent within a heartbeat of its
+	// last one) it also ends the streams the backend has sent nothing for that long, with
+	// an error event instead of a hang. It returns the number of connections closed.
+	// Nil: nothing is abandoned.
 	OnUnresponsive func(b *Backend, stalled time.Duration) int
 }
 
