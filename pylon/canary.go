@@ -6,11 +6,11 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
 )
@@ -44,13 +44,38 @@ const maxCanaryDetail = 200
 // startCanaries runs the canary loop until ctx ends: every CanaryInterval one tiny chat
 // completion per served model, straight to the engine. A failed or runaway canary
 // advertises every model INACTIVE (the registrars send at once); the next passing round
-// makes them ACTIVE again.
+// makes them ACTIVE again. A kick (kickCanaries) runs a round at once.
 func (p *Pylon) startCanaries(ctx context.Context, wg *sync.WaitGroup) {
 	if p.cfg.CanaryInterval <= 0 {
 		return
 	}
 	var n uint64
-	wg.Go(func() { actors.Every(ctx, p.cfg.CanaryInterval, func() { p.canaryRound(&n) }) })
+	wg.Go(func() {
+		t := time.NewTicker(p.cfg.CanaryInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-p.canaryKick:
+			}
+			p.canaryRound(&n)
+		}
+	})
+}
+
+// kickCanaries asks the canary loop for a round now when the last one failed (the engine
+// answers again after the liveness watch found it unresponsive: its models need not stay
+// INACTIVE until the next period).
+func (p *Pylon) kickCanaries() {
+	if !p.canaryFailing.Load() {
+		return
+	}
+	select {
+	case p.canaryKick <- struct{}{}:
+	default: // a round is asked for already
+	}
 }
 
 // canaryRound sends one canary per served model (n numbers them) and flips the advertised

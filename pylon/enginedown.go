@@ -95,6 +95,7 @@ func (p *Pylon) watchEngine(stop <-chan struct{}) {
 			silent = 0
 			if p.engineSilent.Swap(false) {
 				p.log.Info("engine_answering_again", "engine", p.client.Addr)
+				p.kickCanaries() // a canary its freeze failed need not keep the models INACTIVE
 			}
 			continue
 		}

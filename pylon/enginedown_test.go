@@ -114,3 +114,35 @@ func TestHermeticFrozenEngineEndsItsStreams(t *testing.T) {
 		h.close()
 	})
 }
+
+// A canary that failed while the engine was frozen makes the models INACTIVE; once the
+// liveness watch finds the engine answering again, a canary round runs at once, and the
+// models are ACTIVE again within a second or so, not at the next canary period (10 s here).
+func TestHermeticThawedEngineRunsCanaryAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &standIn{exposition: fixture(t, "vllm_v0.10.txt"), models: vllmModels(qwen, qwen), served: []string{qwen}}
+		cfg := realEngineConfig("vllm", qwen)
+		cfg.CanaryInterval = 10 * time.Second
+		h := newStandInHermetic(t, cfg, s)
+		status := func(want string) func(received) bool {
+			return func(r received) bool { m, ok := r.reg.Models[qwen]; return ok && m.Status == want }
+		}
+		h.await(3*time.Second, status(wire.StatusActive))
+		thaw := make(chan struct{})
+		s.mu.Lock()
+		s.frozen = thaw
+		s.mu.Unlock()
+		h.await(15*time.Second, status(wire.StatusInactive)) // the canary at 10 s fails
+		time.Sleep(2 * time.Second)
+		s.mu.Lock()
+		s.frozen = nil
+		s.mu.Unlock()
+		close(thaw)
+		thawed := time.Now()
+		h.await(3*time.Second, status(wire.StatusActive))
+		if took := time.Since(thawed); took > 2*time.Second {
+			t.Errorf("ACTIVE again %v after the engine thawed, want within 2 s (the next canary period is 10 s)", took)
+		}
+		h.close()
+	})
+}

@@ -137,6 +137,8 @@ type Pylon struct {
 	// engineSilent is set while the engine liveness watch finds the engine unresponsive
 	// (watchEngine): requests are answered 503 retryable without being sent to it.
 	engineSilent atomic.Bool
+	// canaryKick asks the canary loop for a round now (kickCanaries).
+	canaryKick chan struct{}
 }
 
 // New validates cfg and builds a pylon that is not yet running.
@@ -162,6 +164,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 		lookupHost: deps.LookupHost,
 		tracer:     deps.Tracer,
 		clientGone: deps.ClientGone,
+		canaryKick: make(chan struct{}, 1),
 		prompts:    newPromptTable(cfg.PromptWait),
 
 		promptAtHeaders: cfg.PromptCachedAt == PromptCachedAtHeaders,
