@@ -131,7 +131,13 @@ type Config struct {
 	// ShutdownDelay keeps serving (with /readyz answering 503) this long after a shutdown
 	// starts, so load balancers stop sending before the listener closes. Default 0.
 	ShutdownDelay time.Duration
-	ProbeTimeout  time.Duration
+	// StartupGrace: for this long after the gateway starts, a request for a routing target
+	// that no backend has registered yet waits for one instead of failing at once (404
+	// no_eligible_candidates): after a restart the pylons register again only with their
+	// next heartbeat, or after a backoff of about a second (startup.go). 0 (the Config's
+	// default; the binary's is 3 s): no wait.
+	StartupGrace time.Duration
+	ProbeTimeout time.Duration
 	// EnablePprof serves Go's profiles under /debug/pprof/ (operators only).
 	EnablePprof bool
 	// NoRawSocketIO makes the client, admin and upstream connections read and write
@@ -260,6 +266,9 @@ func (c *Config) Validate() error {
 	if c.MaxModelsPerBackend < 0 {
 		errs = append(errs, fmt.Errorf("max-models-per-backend %d must be >= 0", c.MaxModelsPerBackend))
 	}
+	if c.StartupGrace < 0 {
+		errs = append(errs, fmt.Errorf("startup-grace %v must be >= 0", c.StartupGrace))
+	}
 	if c.TargetCollectGrace < 0 {
 		errs = append(errs, fmt.Errorf("target-collect-grace %v must be >= 0", c.TargetCollectGrace))
 	}
@@ -341,6 +350,7 @@ type Gateway struct {
 	lbcfg                atomic.Pointer[lbconfig.Config]
 	lastResolved         atomic.Pointer[resolved]
 	lbMtime              time.Time
+	started              time.Time // when New ran (the start of Config.StartupGrace)
 	metrics              *gatewayMetrics
 	server               *fasthttp.Server // public listener
 	admin                *fasthttp.Server // admin listener
@@ -370,7 +380,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, deps: deps, log: deps.Logger.With("component", "gateway"), metrics: newMetrics(cfg.MetricsPrefix)}
+	g := &Gateway{cfg: cfg, deps: deps, log: deps.Logger.With("component", "gateway"), metrics: newMetrics(cfg.MetricsPrefix), started: deps.Now()}
 	g.idPrefix = cfg.GatewayID + "-"
 	g.access = newAccessLog(&cfg, g.log)
 	if err := g.setUpSecurity(); err != nil {

@@ -160,6 +160,9 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 		g.reject(ctx, sampled, arrival, &rt, fmt.Errorf("%w: %s requires the %s header", ErrBadRequest, r.entry.Algorithm, wire.HeaderCacheAffinityKey))
 		return
 	}
+	if r.pid == nil {
+		r = g.awaitTarget(r) // just started: its backend may not have registered yet
+	}
 	pid, ts, target := r.pid, r.ts, r.target
 	if pid == nil {
 		// Never registered: counted under empty labels so request-chosen model names

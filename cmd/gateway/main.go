@@ -60,6 +60,7 @@ type cli struct {
 	MetricsPrefix                string        `name:"metrics-prefix" help:"Prefix of every metric name." default:"switchyard_"`
 	DrainTimeout                 time.Duration `name:"drain-timeout" help:"On SIGTERM, how long in-flight requests and streams may drain." default:"30s"`
 	ShutdownDelay                time.Duration `name:"shutdown-delay" help:"On SIGTERM, keep serving this long with /readyz answering 503 before closing the listener (give load balancers time to notice)." default:"0s"`
+	StartupGrace                 time.Duration `name:"startup-grace" help:"For this long after start, a request for a model no backend has registered yet waits for one (pylons register again with their next heartbeat after a gateway restart) instead of getting 404 no_eligible_candidates at once (0 = no wait)." default:"3s"`
 	UpstreamHeadersTimeout       time.Duration `name:"upstream-headers-timeout" help:"Longest wait for the first bytes of a pylon's response; a stream then runs unbounded." default:"30s"`
 	LegacyInputWorkErrorCode     bool          `name:"legacy-input-work-error-code" help:"Answer input-work admission rejections (max_input_work_seconds) with the error code input_work_limit_exceeded, as older gateways did, instead of overloaded_error." default:"false"`
 	FirstByteTimeoutFactor       float64       `name:"first-byte-timeout-factor" help:"A streamed request's attempt waits for the pylon's first byte at most this many times the backend's TTFT estimate (within the floor and --upstream-headers-timeout), then is retried on another backend; 0 disables." default:"4"`
@@ -154,7 +155,7 @@ func (c *cli) config() gateway.Config {
 		TLS:               tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		AdminClientCAFile: c.AdminTLSClientCAFile,
 		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},
-		MetricsPrefix:     c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay,
+		MetricsPrefix:     c.MetricsPrefix, DrainTimeout: c.DrainTimeout, ShutdownDelay: c.ShutdownDelay, StartupGrace: c.StartupGrace,
 		HeadersTimeout: c.UpstreamHeadersTimeout, Seed: c.Seed, EnablePprof: c.EnablePprof,
 		FirstByteTimeoutFactor: offIfZero(c.FirstByteTimeoutFactor), FirstByteTimeoutFloor: c.FirstByteTimeoutFloor,
 		OutlierConsecutiveFailures: retries(c.OutlierConsecutiveFailures), OutlierBaseEjection: c.OutlierBaseEjection,
