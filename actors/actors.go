@@ -67,7 +67,11 @@ func (a *Alarm) Stop() {
 }
 
 // Every calls f every d until ctx is done; the first call is d from now.
-func Every(ctx context.Context, d time.Duration, f func()) {
+func Every(ctx context.Context, d time.Duration, f func()) { EveryOrKicked(ctx, d, nil, f) }
+
+// EveryOrKicked is Every that also calls f whenever kick delivers (nil: never), without
+// moving the period's ticks.
+func EveryOrKicked(ctx context.Context, d time.Duration, kick <-chan struct{}, f func()) {
 	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
@@ -75,7 +79,8 @@ func Every(ctx context.Context, d time.Duration, f func()) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f()
+		case <-kick:
 		}
+		f()
 	}
 }

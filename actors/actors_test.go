@@ -76,3 +76,32 @@ func TestEveryCallsEachPeriodUntilCancelled(t *testing.T) {
 		}
 	})
 }
+
+// A kick calls f at once, between the period's ticks, which stay where they were.
+func TestEveryOrKickedCallsOnAKick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		start := time.Now()
+		kick := make(chan struct{}, 1)
+		calls := make(chan time.Duration, 8)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			actors.EveryOrKicked(ctx, 10*time.Millisecond, kick, func() { calls <- time.Since(start) })
+		}()
+		time.Sleep(15 * time.Millisecond)
+		kick <- struct{}{}
+		time.Sleep(10 * time.Millisecond)
+		cancel()
+		<-done
+		close(calls)
+		var got []time.Duration
+		for c := range calls {
+			got = append(got, c)
+		}
+		want := []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Fatalf("calls at %v, want %v", got, want)
+		}
+	})
+}

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
 )
@@ -50,19 +50,7 @@ func (p *Pylon) startCanaries(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	var n uint64
-	wg.Go(func() {
-		t := time.NewTicker(p.cfg.CanaryInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			case <-p.canaryKick:
-			}
-			p.canaryRound(&n)
-		}
-	})
+	wg.Go(func() { actors.EveryOrKicked(ctx, p.cfg.CanaryInterval, p.canaryKick, func() { p.canaryRound(&n) }) })
 }
 
 // kickCanaries asks the canary loop for a round now when the last one failed (the engine
