@@ -48,8 +48,5 @@ var (
 // instead of a stream that never ends, since nothing bounds a stream's silence. It returns
 // the connections closed.
 func (g *Gateway) abandon(b *fleet.Backend, stalled time.Duration) int {
-	if stalled > 0 {
-		return g.upstream.AbortStalled(b.Client.Addr, stalled)
-	}
-	return g.upstream.AbortUnanswered(b.Client.Addr)
+	return g.upstream.Abandon(b.Client.Addr, stalled)
 }

@@ -1,8 +1,9 @@
 package pylon
 
 import (
-	"errors"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // engineCheckTimeout bounds engineDown's check.
@@ -45,24 +46,18 @@ func (p *Pylon) engineDown() bool {
 func (p *Pylon) checkEngine(timeout time.Duration) (answered, silent bool) {
 	c, err := p.engine.DialTimeout(p.client.Addr, timeout)
 	if err != nil {
-		return false, isTimeout(err)
+		return false, relay.IsTimeout(err)
 	}
 	defer func() { _ = c.Close() }()
 	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return false, true
 	}
 	if _, err := c.Write(engineCheck); err != nil {
-		return false, isTimeout(err)
+		return false, relay.IsTimeout(err)
 	}
 	var b [1]byte
 	n, err := c.Read(b[:])
-	return n > 0, n == 0 && isTimeout(err)
-}
-
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+	return n > 0, n == 0 && relay.IsTimeout(err)
 }
 
 // watchEngine is the engine liveness watch (Config.EngineCheckTimeout), until stop
@@ -111,6 +106,6 @@ func (p *Pylon) watchEngine(stop <-chan struct{}) {
 		// Its streams that have got nothing for two check timeouts end too (with an error
 		// event to the gateway) instead of waiting for --stream-idle-timeout: the engine
 		// has been silent at least three, and one still sending is spared.
-		p.engine.AbortStalled(p.client.Addr, engineStallChecks*timeout)
+		p.engine.Abandon(p.client.Addr, engineStallChecks*timeout)
 	}
 }

@@ -165,12 +165,8 @@ func (a *backendActor) Receive(c actor.Context) {
 			a.alarm.Fired()
 			a.fleet.deps.Logger.Info("backend_expired", "backend", a.b.ID, "missed_heartbeats", missedHeartbeats)
 			a.expire(c)
-			// Gone without a word: nothing it has not begun to answer will come back. It
-			// went silent within a heartbeat of its last one (else it would have sent
-			// another), so its streams have been silent for at least two thirds of the
-			// time since; those silent half of it (1.5 s by default) end, and one still
-			// sending (or in a prefill under a second or so) is spared.
-			a.fleet.abandon(a.b, "expired", max(now.Sub(a.lastSeen)/2, time.Nanosecond))
+			// Gone without a word: nothing it has not begun to answer will come back.
+			a.fleet.abandon(a.b, "expired", expiredStall(now.Sub(a.lastSeen)))
 			return
 		}
 		a.checkEjection(now)

@@ -40,6 +40,14 @@ var (
 // pylon is up, so its requests are not abandoned (see Deps.OnUnresponsive).
 var ErrProbeAnswered = errors.New("the health probe was answered with a server error")
 
+// expiredStall is how long a stream of a backend that expired silence after its last
+// heartbeat must have sent nothing to be ended with it: half of that silence (1.5 s by
+// default). A pylon goes silent within a heartbeat of its last one (else it would have
+// sent another), and expiry comes after three, so its streams have been silent for two
+// thirds of the time at least; one still sending (or in a prefill of a second or so) is
+// spared.
+func expiredStall(silence time.Duration) time.Duration { return silence / 2 }
+
 // silentProbesToAbandon is the number of health probes in a row without any answer after
 // which a backend's waiting requests are abandoned while it still sends heartbeats (its
 // data path is wedged): two, so one slow probe alone never costs requests.

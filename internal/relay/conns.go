@@ -16,8 +16,8 @@ const (
 	AbortFirstOutput
 	AbortStreamIdle
 	AbortShutdown
-	// AbortUnanswered: the caller gave up on every request still waiting for its answer
-	// on this upstream (AbortUnanswered), e.g. because the upstream stopped answering.
+	// AbortUnanswered: the caller gave up on the requests still waiting for this
+	// upstream (Abandon), e.g. because it stopped answering.
 	AbortUnanswered
 )
 
@@ -57,9 +57,13 @@ func (e *DialError) Error() string { return e.Err.Error() }
 func (e *DialError) Unwrap() error { return e.Err }
 
 // Timeout reports whether the dial timed out.
-func (e *DialError) Timeout() bool {
+func (e *DialError) Timeout() bool { return IsTimeout(e.Err) }
+
+// IsTimeout reports whether err is, or wraps, an error that says it is a timeout (a
+// deadline that passed).
+func IsTimeout(err error) bool {
 	var t interface{ Timeout() bool }
-	return errors.As(e.Err, &t) && t.Timeout()
+	return errors.As(err, &t) && t.Timeout()
 }
 
 // errShuttingDown refuses new connections once Abort has run.
@@ -82,7 +86,7 @@ const (
 //     the body read fails and the stream is cut.
 //   - Abort (a shutdown past its drain timeout) closes every connection and refuses new
 //     ones, so no handler waits for the upstream any longer.
-//   - AbortUnanswered closes the connections to one address whose request has no
+//   - Abandon closes the connections to one address whose request has no
 //     response byte yet (the gateway's pylon stopped answering its health probes), so
 //     those requests fail over at once instead of waiting out their deadlines.
 //
@@ -279,26 +283,20 @@ func (w *Conns) Abort() int {
 	return len(all)
 }
 
-// AbortUnanswered closes the connections dialled to addr that carry a request with no
-// response byte yet (a request written, or being written, and not answered): their
-// pending reads and writes fail (fasthttp's Do returns ErrConnectionClosed, or the
-// AbortError for a write cut short). Idle connections and
-// responses already arriving (a relayed stream) are left alone. It returns the number
+// Abandon closes the connections dialled to addr that wait for the upstream, failing
+// their pending reads and writes with AbortError(AbortUnanswered) (fasthttp's Do returns
+// ErrConnectionClosed, or that AbortError for a write cut short):
+//   - every one that carries a request with no response byte yet (written, or being
+//     written, and not answered);
+//   - with stalled > 0, also every one whose response has begun but whose pending read
+//     has waited at least stalled for more (a stream the upstream stopped feeding; a
+//     relayed stream then ends). The wait is judged by the watchdog's ticks, erring
+//     towards sparing a read (one begun less than stalled ago is never closed); without a
+//     watchdog only unanswered ones are closed.
+//
+// Idle connections, and responses still arriving, are left alone. It returns the number
 // of connections closed.
-func (w *Conns) AbortUnanswered(addr string) int { return w.abandon(addr, 0) }
-
-// AbortStalled is AbortUnanswered, and also closes the connections to addr whose response
-// has begun but whose pending read has waited at least stalled for more (a stream the
-// upstream stopped feeding; their reads fail the same way, and a relayed stream ends). It
-// judges the wait by the watchdog's ticks, erring towards sparing a read (one begun less
-// than stalled ago is never closed); without a watchdog it is AbortUnanswered.
-func (w *Conns) AbortStalled(addr string, stalled time.Duration) int {
-	return w.abandon(addr, max(stalled, time.Nanosecond))
-}
-
-// abandon closes addr's unanswered connections and, with stalled > 0 and a watchdog, its
-// answered ones whose pending read began at least stalled ago.
-func (w *Conns) abandon(addr string, stalled time.Duration) int {
+func (w *Conns) Abandon(addr string, stalled time.Duration) int {
 	limit := w.ticks(stalled) // 0: unanswered only
 	now := w.tick.Load()
 	var waiting []*conn // not the watchdog's scratch list: this runs on the caller's goroutine

@@ -176,10 +176,10 @@ func TestConnsDialErrors(t *testing.T) {
 	}
 }
 
-// AbortUnanswered fails at once the requests to one address still waiting for their first
+// Abandon fails at once the requests to one address still waiting for their first
 // response byte, as a connection closed before answering (not a timeout), and leaves a stream
 // already answering, other addresses and the pool's later requests alone.
-func TestConnsAbortUnanswered(t *testing.T) {
+func TestConnsAbandonUnanswered(t *testing.T) {
 	mocktest.StartDateRefresher() // outside the bubble
 	synctest.Test(t, func(t *testing.T) {
 		r := newDeadlineRig(t, 10*time.Second)
@@ -199,10 +199,10 @@ func TestConnsAbortUnanswered(t *testing.T) {
 		}()
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if n := r.w.AbortUnanswered("elsewhere"); n != 0 {
+		if n := r.w.Abandon("elsewhere", 0); n != 0 {
 			t.Errorf("another address: %d connections closed, want 0", n)
 		}
-		if n := r.w.AbortUnanswered("upstream"); n != 1 {
+		if n := r.w.Abandon("upstream", 0); n != 1 {
 			t.Errorf("%d connections closed, want 1 (the unanswered request only)", n)
 		}
 		got := <-waiting
@@ -231,10 +231,10 @@ func TestConnsAbortUnanswered(t *testing.T) {
 	})
 }
 
-// AbortStalled also ends a stream whose upstream stopped feeding it (its pending read has
+// Abandon with a stall bound also ends a stream whose upstream stopped feeding it (its pending read has
 // waited at least the given time), and spares one still flowing (a chunk a second) and an
 // idle pooled connection.
-func TestConnsAbortStalled(t *testing.T) {
+func TestConnsAbandonStalled(t *testing.T) {
 	mocktest.StartDateRefresher() // outside the bubble
 	synctest.Test(t, func(t *testing.T) {
 		r := newDeadlineRig(t, 10*time.Second)
@@ -267,7 +267,7 @@ func TestConnsAbortStalled(t *testing.T) {
 		go read(stalled, cut)
 		time.Sleep(2500 * time.Millisecond) // the stalled one has waited 2.5 s past its first chunk
 		synctest.Wait()
-		if n := r.w.AbortStalled("upstream", 2*time.Second); n != 1 {
+		if n := r.w.Abandon("upstream", 2*time.Second); n != 1 {
 			t.Errorf("%d connections closed, want 1 (the stalled stream only)", n)
 		}
 		start := time.Now()

@@ -15,12 +15,8 @@ func PeerClosed(c net.Conn) bool {
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS: the socket underneath
 		c = tc.NetConn()
 	}
-	sc, ok := c.(syscall.Conn)
+	rc, ok := socketOf(c)
 	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
 		return false
 	}
 	closed := false

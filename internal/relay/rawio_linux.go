@@ -33,17 +33,23 @@ type rawOp struct {
 
 // Raw returns nc with raw reads and writes, or nc itself when it exposes no socket.
 func Raw(nc net.Conn) net.Conn {
-	sc, ok := nc.(syscall.Conn)
+	rc, ok := socketOf(nc)
 	if !ok {
-		return nc
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
 		return nc
 	}
 	c := &RawConn{Conn: nc, rc: rc, rd: rawOp{trap: syscall.SYS_READ}, wr: rawOp{trap: syscall.SYS_WRITE}}
 	c.readStep, c.wrStep = c.rd.run, c.wr.run
 	return c
+}
+
+// socketOf returns nc's socket, when it exposes one.
+func socketOf(nc net.Conn) (syscall.RawConn, bool) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	return rc, err == nil
 }
 
 // SyscallConn exposes the socket.
