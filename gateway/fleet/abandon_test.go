@@ -3,8 +3,6 @@ package fleet_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net/url"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,8 +10,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/switchyard/switchyard/actors"
-	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 )
 
@@ -35,13 +31,8 @@ var (
 
 func newAbandonRig(t *testing.T, script ...error) *abandonRig {
 	t.Helper()
-	logger := slog.New(slog.DiscardHandler)
-	sys := actors.NewSystem(logger)
-	dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: nopObserver{}, Seed: 1, MaxEjectionPercent: 100})
 	r := &abandonRig{script: script}
-	f := fleet.New(fleet.Deps{
-		Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
-		NewClient: func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
+	sys, dir, f := fleet.NewTestFleetWith(t, fleet.Deps{
 		Probe: func(context.Context, *fasthttp.HostClient, string) (time.Duration, error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -60,11 +51,6 @@ func newAbandonRig(t *testing.T, script ...error) *abandonRig {
 			r.stalled = append(r.stalled, stalled)
 			return 1
 		},
-	})
-	t.Cleanup(func() {
-		f.Stop()
-		dir.Stop()
-		time.Sleep(time.Minute)
 	})
 	r.rig = &rig{sys: sys, dir: dir, fleet: f}
 	return r

@@ -21,14 +21,20 @@ import (
 // inside a synctest bubble). Backends expire after 3 heartbeats (no minimum).
 func NewTestFleet(t *testing.T) (*actor.ActorSystem, *dispatch.Directory, *Fleet) {
 	t.Helper()
+	return NewTestFleetWith(t, Deps{DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond})
+}
+
+// NewTestFleetWith is NewTestFleet with deps (probes, health policy, callbacks): its
+// clock, logger, actor system, directory and clients are filled in, and the directory
+// caps ejection at deps.Outlier.MaxEjectionPercent.
+func NewTestFleetWith(t *testing.T, deps Deps) (*actor.ActorSystem, *dispatch.Directory, *Fleet) {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	sys := actors.NewSystem(logger)
-	dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: quietObserver{}, Seed: 1})
-	f := New(Deps{
-		Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
-		NewClient:        func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
-		DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond,
-	})
+	dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: quietObserver{}, Seed: 1, MaxEjectionPercent: deps.Outlier.MaxEjectionPercent})
+	deps.Now, deps.Logger, deps.System, deps.Schedulers = time.Now, logger, sys, dir
+	deps.NewClient = func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} }
+	f := New(deps)
 	t.Cleanup(func() {
 		f.Stop()
 		dir.Stop()

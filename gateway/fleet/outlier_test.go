@@ -1,16 +1,11 @@
 package fleet_test
 
 import (
-	"log/slog"
-	"net/url"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
-	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
@@ -27,13 +22,8 @@ type outlierRig struct {
 
 func newOutlierRig(t *testing.T) *outlierRig {
 	t.Helper()
-	logger := slog.New(slog.DiscardHandler)
-	sys := actors.NewSystem(logger)
-	dir := dispatch.NewDirectory(sys, dispatch.Deps{Now: time.Now, Logger: logger, Observer: nopObserver{}, Seed: 1, MaxEjectionPercent: 100})
 	r := &outlierRig{}
-	f := fleet.New(fleet.Deps{
-		Now: time.Now, Logger: logger, System: sys, Schedulers: dir,
-		NewClient:        func(u *url.URL) *fasthttp.HostClient { return &fasthttp.HostClient{Addr: u.Host} },
+	sys, dir, f := fleet.NewTestFleetWith(t, fleet.Deps{
 		DefaultHeartbeat: time.Second, MinExpiry: time.Millisecond,
 		Outlier: fleet.Outlier{
 			ConsecutiveFailures: 3, BaseEjection: time.Second, MaxEjection: 5 * time.Second, MaxEjectionPercent: 100,
@@ -44,11 +34,6 @@ func newOutlierRig(t *testing.T) *outlierRig {
 			r.ejections = append(r.ejections, why)
 			r.ejectedIDs = append(r.ejectedIDs, id)
 		},
-	})
-	t.Cleanup(func() {
-		f.Stop()
-		dir.Stop()
-		time.Sleep(time.Minute)
 	})
 	r.rig = &rig{sys: sys, dir: dir, fleet: f}
 	return r
