@@ -18,11 +18,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type nopObserver struct{}
-
-func (nopObserver) Rejected(dispatch.Target, dispatch.Reason) {}
-func (nopObserver) Parked(dispatch.Target, int)               {}
-
 // rig is a fleet and its directory in their own actor system, without probes.
 type rig struct {
 	sys   *actor.ActorSystem
