@@ -120,12 +120,13 @@ func (a *afterResponse) accessEnd(g *Gateway, ctx *fasthttp.RequestCtx, status i
 		r.status = ctx.Response.StatusCode()
 	}
 	r.code = code
-	if code != "" || ctx.Response.IsBodyStream() {
+	streamed := ctx.Response.IsBodyStream() || ctx.Hijacked() // an event stream, relayed by fasthttp or handed off
+	if code != "" || streamed {
 		// The gateway's own answer (an error code of its own) has no upstream head; an
 		// event stream's TTFT is its first byte (streamGuard).
 		r.head = time.Time{}
 	}
-	if code == "" && r.status > 299 && g.access.logs(r.sampled, r.status) && !ctx.Response.IsBodyStream() {
+	if code == "" && r.status > 299 && g.access.logs(r.sampled, r.status) && !streamed {
 		r.code = upstreamErrorCode(ctx.Response.Body())
 	}
 }

@@ -57,6 +57,23 @@ type clientConn struct {
 	socket net.Conn // the TCP connection beneath TLS (Conn itself when plain)
 	after  afterResponse
 	stream streamGuard // the event stream being written to this connection (stream.go)
+
+	handoffCtx *fasthttp.RequestCtx // the request whose stream is being handed off (handoff.go)
+	pending    []byte               // bytes of the next request read while handed off
+	pendingBuf *[]byte              // pending's buffer, back to nextBufs once read
+}
+
+// Read reads what a hand-off read ahead first (handoff.go), then the connection.
+func (c *clientConn) Read(p []byte) (int, error) {
+	if len(c.pending) == 0 {
+		return c.Conn.Read(p) //nolint:wrapcheck // a pass-through
+	}
+	n := copy(p, c.pending)
+	if c.pending = c.pending[n:]; len(c.pending) == 0 {
+		nextBufs.Put(c.pendingBuf)
+		c.pending, c.pendingBuf = nil, nil
+	}
+	return n, nil
 }
 
 // overTLS reports whether the connection is served inside TLS.

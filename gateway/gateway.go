@@ -345,6 +345,8 @@ type Gateway struct {
 	exprs                exprCache // parsed routing expressions (expression.go)
 	pending              dispatch.PendingPool
 	upstream             *relay.Conns // every pylon connection, for the headers timeout
+	handoff              handoffs     // event streams relayed off the server's goroutines (handoff.go)
+	relayFn              fasthttp.HijackHandler
 	stopWatch, watchDone chan struct{}
 	fleet                *fleet.Fleet
 	lbcfg                atomic.Pointer[lbconfig.Config]
@@ -429,8 +431,10 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		ErrorHandler:          g.serverError,
 		ConnState:             g.connState,
 		CloseOnShutdown:       true,
+		KeepHijackedConns:     true, // handed-off streams (handoff.go) close or serve on themselves
 		Logger:                slogPrinter{g.log},
 	}
+	g.relayFn = g.relayStream
 	g.admin = &fasthttp.Server{
 		Handler:               g.handleAdmin,
 		Name:                  "switchyard-gateway-admin",
@@ -590,8 +594,10 @@ func (g *Gateway) Shutdown() {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
 	defer cancel()
+	g.handoff.close()
 	_ = g.server.ShutdownWithContext(sctx)
 	_ = g.admin.ShutdownWithContext(sctx)
+	g.handoff.wait(sctx) // streams handed off the server (handoff.go)
 	g.listeners.close()
 	g.Close()
 }

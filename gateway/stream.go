@@ -69,7 +69,9 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 		s.trace.startStream(b.ID, resp.StatusCode())
 	}
 	// Chunked towards the client whatever the pylon's framing: an error event may follow.
-	resp.SetBodyStream(s, -1)
+	if !g.handOff(ctx) {
+		resp.SetBodyStream(s, -1)
+	}
 	return nil
 }
 

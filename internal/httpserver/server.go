@@ -134,7 +134,7 @@ func (g *Guard) connState(c net.Conn, st fasthttp.ConnState) {
 		if over {
 			g.refuseConn(c)
 		}
-	case fasthttp.StateClosed, fasthttp.StateHijacked:
+	case fasthttp.StateClosed: // a hijacked connection stays counted until its hijacker reports it closed
 		g.mu.Lock()
 		delete(g.conns, c)
 		g.mu.Unlock()
