@@ -58,7 +58,8 @@ type clientConn struct {
 	after  afterResponse
 	stream streamGuard // the event stream being written to this connection (stream.go)
 
-	handoffCtx *fasthttp.RequestCtx // the request whose stream is being handed off (handoff.go)
+	upstream   fasthttp.Response // the pylon's answer to a request that may stream (handoff.go)
+	handedOff  bool              // its stream is to be handed off: the hijack has not run yet
 	pending    []byte               // bytes of the next request read while handed off
 	pendingBuf *[]byte              // pending's buffer, back to nextBufs once read
 }
@@ -223,6 +224,9 @@ func (g *Gateway) connState(nc net.Conn, st fasthttp.ConnState) {
 	cc, ok := nc.(*clientConn)
 	if !ok {
 		return
+	}
+	if st == fasthttp.StateClosed && cc.handedOff {
+		g.handOffFailed(cc)
 	}
 	defer func() {
 		if r := recover(); r != nil {

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/internal/relay"
 )
 
 // Handing an event stream off the connection's serving goroutine.
@@ -55,51 +58,106 @@ var nextBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-// handOff hijacks ctx's connection for the event stream guarded by cc.stream, when the
-// connection can take it: an HTTP/1.1 request on one of the server's own connections, and
-// no drain under way. false: fasthttp writes the stream itself.
-func (g *Gateway) handOff(ctx *fasthttp.RequestCtx) bool {
+// upstreamResponse is where an attempt reads the pylon's answer: for a request that may
+// be answered with a stream, on a connection that can hand one off (see handOff), the
+// connection's own response, which a handed-off stream keeps while fasthttp releases the
+// request's context (the pylon's body stream refers to the response it was read into);
+// otherwise ctx.Response itself.
+func upstreamResponse(ctx *fasthttp.RequestCtx, mayStream bool) *fasthttp.Response {
+	if mayStream && ctx.Request.Header.IsHTTP11() && !ctx.IsHead() {
+		if cc, ok := ctx.Conn().(*clientConn); ok {
+			return &cc.upstream
+		}
+	}
+	return &ctx.Response
+}
+
+// moveResponse makes from, an answer not handed off, ctx's answer to: its header and body,
+// or its body stream.
+func moveResponse(from, to *fasthttp.Response) {
+	r, _ := relay.DetachBodyStream(from)
+	from.CopyTo(to)
+	to.ImmediateHeaderFlush = from.ImmediateHeaderFlush
+	if r != nil {
+		to.SetBodyStream(r, from.Header.ContentLength())
+	}
+}
+
+// handOff hijacks ctx's connection for the event stream guarded by cc.stream, read into
+// resp (the connection's upstream response), unless a drain is under way. false: the
+// stream stays in resp for fasthttp to write.
+func (g *Gateway) handOff(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) bool {
 	cc, ok := ctx.Conn().(*clientConn)
-	if !ok || !ctx.Request.Header.IsHTTP11() || ctx.IsHead() || !g.handoff.begin() {
+	if !ok || resp != &cc.upstream || !g.handoff.begin() {
 		return false
 	}
-	cc.handoffCtx = ctx
+	cc.handedOff = true
+	ctx.Response.SetStatusCode(resp.StatusCode()) // for the request's count and access record
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(g.relayFn)
 	return true
 }
 
-// relayStream is the hijack handler: it writes the answer and relays the stream, then
-// closes the connection or leaves it waiting for the next request. It runs after the
-// request handler returned, and fasthttp releases ctx only when it returns (the pylon's
-// body stream reads its trailer into ctx's response header).
+// relayStream is the hijack handler, run once the request handler has returned. It takes
+// what fasthttp's reader holds of a next request, and leaves the relay to a new goroutine:
+// fasthttp releases the request's context and its reader when this returns, so an open
+// stream holds neither.
 func (g *Gateway) relayStream(hc net.Conn) {
 	u, _ := hc.(interface{ UnsafeConn() net.Conn })
 	cc, _ := u.UnsafeConn().(*clientConn) // handOff hijacks only these
-	ctx := cc.handoffCtx
-	cc.handoffCtx = nil
-	h := &ctx.Response.Header
+	cc.handedOff = false
+	// What the reader buffered past this request (a pipelined request) comes back at once;
+	// the expired deadline keeps the read from waiting for the connection.
+	_ = cc.SetReadDeadline(time.Unix(1, 0))
+	bp := nextBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
+	if n, _ := hc.Read(*bp); n > 0 {
+		cc.pending, cc.pendingBuf = (*bp)[:n], bp
+	} else {
+		nextBufs.Put(bp)
+	}
+	_ = cc.SetReadDeadline(time.Time{})
+	go g.relayOff(cc)
+}
+
+// relayOff writes the handed-off answer and relays its stream, then closes the connection
+// or waits for its next request.
+func (g *Gateway) relayOff(cc *clientConn) {
+	h := &cc.upstream.Header
 	h.SetContentLength(-1) // chunked, as fasthttp writes a body stream of unknown length
 	keep := !h.ConnectionClose()
-	err := relayTo(cc, h.Header(), &cc.stream)
+	err := writeClient(cc, h.Header())
+	forgetHeader(h)
+	if err == nil {
+		err = relayTo(cc, &cc.stream)
+	} else {
+		_ = cc.stream.CloseWithError(err)
+	}
+	cc.upstream.Reset() // the stream has been closed: this gives the pylon connection back
 	g.connState(cc, fasthttp.StateIdle) // the stream's deferred work, as after any answer
 	if err != nil || !keep || !g.handoff.toIdle(cc) {
 		g.closeHandedOff(cc)
 		return
 	}
-	go g.awaitNext(cc, hc)
+	g.awaitNext(cc)
 }
 
-// relayTo writes head, then s's pieces as chunks, then the last chunk. s is closed with
-// the error that ended it (nil when it ended normally), as fasthttp closes a body stream.
-func relayTo(cc *clientConn, head []byte, s *streamGuard) error {
+// forgetHeader drops the memory of a handed-off answer's header once it is written: all
+// its stream still needs of it is whether the pylon closes the connection (the pylon
+// connection's release asks) and somewhere to read a trailer into.
+func forgetHeader(h *fasthttp.ResponseHeader) {
+	closes := h.ConnectionClose()
+	*h = fasthttp.ResponseHeader{}
+	if closes {
+		h.SetConnectionClose()
+	}
+}
+
+// relayTo writes s's pieces as chunks, then the last chunk. s is closed with the error
+// that ended it (nil when it ended normally), as fasthttp closes a body stream.
+func relayTo(cc *clientConn, s *streamGuard) error {
 	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
 	defer chunkBufs.Put(bp)
 	buf := *bp
-	if err := writeClient(cc, head); err != nil {
-		_ = s.CloseWithError(err)
-		return err
-	}
 	for {
 		n, rerr := s.Read(buf[chunkRoom : chunkRoom+streamChunk])
 		if n > 0 {
@@ -146,19 +204,24 @@ func writeClient(cc *clientConn, b []byte) error {
 }
 
 // awaitNext waits, under the server's idle timeout, for the first bytes of the next
-// request on a handed-off connection (reading through the hijacked connection hc first
-// takes what fasthttp had buffered), then serves the connection again.
-func (g *Gateway) awaitNext(cc *clientConn, hc net.Conn) {
+// request on a handed-off connection, then serves the connection again.
+func (g *Gateway) awaitNext(cc *clientConn) {
 	_ = cc.SetWriteDeadline(time.Time{})
-	_ = cc.SetReadDeadline(deadlineAfter(g.server.IdleTimeout))
-	bp := nextBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
-	n, _ := hc.Read(*bp)
+	n := len(cc.pending)
+	if n == 0 {
+		_ = cc.SetReadDeadline(deadlineAfter(g.server.IdleTimeout))
+		bp := nextBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
+		n, _ = cc.Conn.Read(*bp)
+		if n > 0 {
+			cc.pending, cc.pendingBuf = (*bp)[:n], bp
+		} else {
+			nextBufs.Put(bp)
+		}
+	}
 	if !g.handoff.fromIdle(cc) || n == 0 {
-		nextBufs.Put(bp)
 		g.closeHandedOff(cc)
 		return
 	}
-	cc.pending, cc.pendingBuf = (*bp)[:n], bp
 	_ = g.server.ServeConn(cc) // closes cc and reports it closed when done
 }
 
@@ -166,11 +229,26 @@ func (g *Gateway) awaitNext(cc *clientConn, hc net.Conn) {
 // count, deferred work).
 func (g *Gateway) closeHandedOff(cc *clientConn) {
 	_ = cc.Close()
+	if cc.pendingBuf != nil {
+		nextBufs.Put(cc.pendingBuf)
+		cc.pending, cc.pendingBuf = nil, nil
+	}
 	if g.server.ConnState != nil {
 		g.server.ConnState(cc, fasthttp.StateClosed)
 	}
 	g.handoff.end()
 }
+
+// handOffFailed ends a stream handed off on a connection that fasthttp closed before it ran
+// the hijack (flushing an earlier answer failed): the stream is closed as for a client gone.
+func (g *Gateway) handOffFailed(cc *clientConn) {
+	cc.handedOff = false
+	_ = cc.stream.CloseWithError(errHandOffFailed) // gives the pylon connection back
+	cc.upstream.Reset()
+	g.handoff.end()
+}
+
+var errHandOffFailed = errors.New("the connection closed before its stream was handed off")
 
 // deadlineAfter is the deadline d from now; none for a duration fasthttp's guard uses for
 // "no limit".

@@ -338,7 +338,8 @@ func (g *Gateway) follow(pid *actor.PID, p *dispatch.Pending, out *dispatch.Outc
 
 // attempt performs one upstream call on a granted backend. It returns again = true when
 // the request should be routed again, or a final error to answer; otherwise the upstream
-// response is in ctx.Response (streamed after the handler returns).
+// response is in ctx.Response (streamed after the handler returns), or its event stream
+// has been handed off (handoff.go).
 func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, ts *targetSeries) (again bool, final error) {
 	t := ts.t
 	b := g.fleet.Get(out.BackendID)
@@ -363,16 +364,17 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Request.URI().SetScheme(schemeOf(b.Client)) // the client's own scheme is not the pylon's
-	ctx.Response.Reset()
-	ctx.Response.StreamBody = rt.mayStream
+	resp := upstreamResponse(ctx, rt.mayStream)
+	resp.Reset()
+	resp.StreamBody = rt.mayStream
 	// The first-byte deadline, kept by the connection's watchdog (see newUpstreamConns).
 	deadline := g.firstByteDeadline(out, rt.mayStream && asksForStream(ctx.PostBody()))
 	ctx.Request.SetTimeout(deadline)
 	st.trace.startAttempt(b, h)
 	abandoned := b.Abandoned()
 	start := g.deps.Now()
-	err := b.Client.Do(&ctx.Request, &ctx.Response)
-	st.trace.attemptDone(ctx.Response.StatusCode(), err)
+	err := b.Client.Do(&ctx.Request, resp)
+	st.trace.attemptDone(resp.StatusCode(), err)
 	if out.PrefillToken != 0 {
 		// The response headers (or the attempt's end): the engine has cached the prompt,
 		// or never will; requests of the same key waiting for it may go (prefill_wait).
@@ -380,7 +382,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	}
 	if err != nil {
 		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
-		ctx.Response.Reset()
+		resp.Reset()
 		now := g.deps.Now()
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 			d := g.decide(p, st, retry.Outcome{Kind: retry.BodyTooLarge, At: now})
@@ -412,16 +414,16 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
 		return false, fmt.Errorf("%w: backend %s: %w", ErrUpstreamError, b.ID, err)
 	}
-	status := ctx.Response.StatusCode()
+	status := resp.StatusCode()
 	end := g.deps.Now()
 	st.after.accessHead(end) // the access log's TTFT of an answer that is not a stream
 	var rs responseScan
-	rs.scan(&ctx.Response.Header)
+	rs.scan(&resp.Header)
 	ar := st.after
 	ar.setAttempt(ts.backend(b.ID), b, status, rs.load, end, end.Sub(start))
 	d := g.decide(p, st, retry.Outcome{
 		Kind: retry.Response, At: end, Status: status,
-		Retryable: ctx.Response.Header.Peek(wire.HeaderRetryable), RetryReason: ctx.Response.Header.Peek(wire.HeaderRetryReason),
+		Retryable: resp.Header.Peek(wire.HeaderRetryable), RetryReason: resp.Header.Peek(wire.HeaderRetryReason),
 	})
 	if d.Retryable {
 		// A pylon that cannot reach its engine: handled like a backend that cannot be
@@ -442,32 +444,35 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 			if st.unchecked = d.Unchecked; d.Unchecked {
 				g.metrics.inc(mUncheckedRetries, "routing_key", t.RoutingKey, "model", t.Model)
 			}
-			_ = ctx.Response.CloseBodyStream()
-			ctx.Response.Reset()
+			_ = resp.CloseBodyStream()
+			resp.Reset()
 			return true, nil
 		}
 		g.metrics.inc(mRetryExhausted, "routing_key", t.RoutingKey, "model", t.Model, "reason", d.Reason)
 	} else {
-		if !pylonFailed(&ctx.Response, status) {
+		if !pylonFailed(resp, status) {
 			g.fleet.ReportSuccess(b)
 		}
 		ar.overhead = max(start.Sub(p.Arrival), 0)
-		if !st.deferred || ctx.Response.IsBodyStream() {
+		if !st.deferred || resp.IsBodyStream() {
 			// A stream may last minutes: its load report applies now.
 			ar.runAttempt(g)
 		}
 	}
-	rh := &ctx.Response.Header
+	rh := &resp.Header
 	rs.strip(rh)
 	rh.SetCanonical(hdrServerID, b.IDBytes)
 	rh.SetCanonical(hdrServerURL, b.URLBytes)
 	rh.SetCanonical(hdrClusterID, b.ClusterIDBytes)
-	if ctx.Response.IsBodyStream() {
+	if resp.IsBodyStream() {
 		// An event stream is guarded against a pylon failing mid-stream; any other body is
 		// read whole (one cut short is a 502). See stream.go.
-		if err := g.handOver(ctx, st, ts, b, out, start); err != nil {
+		if err := g.handOver(ctx, resp, st, ts, b, out, start); err != nil {
 			return false, err
 		}
+	}
+	if resp != &ctx.Response && !ctx.Hijacked() {
+		moveResponse(resp, &ctx.Response)
 	}
 	return false, nil
 }

@@ -32,12 +32,12 @@ import (
 // eventStreamType is the content type of a streamed (SSE) answer.
 var eventStreamType = []byte("text/event-stream")
 
-// handOver prepares a streamed upstream answer in ctx.Response for the client: an event
-// stream is wrapped in a streamGuard, any other body is read whole (a cut one is a 502).
-// The attempt (outcome out, sent at sent) is observed for the TTFT estimate's accuracy
-// when its answer is a 200 event stream (see ttftProbe).
-func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targetSeries, b *fleet.Backend, out *dispatch.Outcome, sent time.Time) error {
-	resp := &ctx.Response
+// handOver prepares a streamed upstream answer resp for the client: an event stream is
+// wrapped in a streamGuard and handed off the connection (or left in resp for fasthttp to
+// write), any other body is read whole (a cut one is a 502). The attempt (outcome out,
+// sent at sent) is observed for the TTFT estimate's accuracy when its answer is a 200
+// event stream (see ttftProbe).
+func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st *attemptState, ts *targetSeries, b *fleet.Backend, out *dispatch.Outcome, sent time.Time) error {
 	if !bytes.HasPrefix(resp.Header.ContentType(), eventStreamType) {
 		return bufferBody(resp, b.ID)
 	}
@@ -69,7 +69,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, st *attemptState, ts *targe
 		s.trace.startStream(b.ID, resp.StatusCode())
 	}
 	// Chunked towards the client whatever the pylon's framing: an error event may follow.
-	if !g.handOff(ctx) {
+	if !g.handOff(ctx, resp) {
 		resp.SetBodyStream(s, -1)
 	}
 	return nil
