@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lb"
+	"github.com/switchyard/switchyard/internal/handoff"
 	"github.com/switchyard/switchyard/internal/relay"
 )
 
@@ -46,40 +47,22 @@ func (l clientListener) Accept() (net.Conn, error) {
 		raw = relay.Raw(c)
 	}
 	if l.tls != nil {
-		return &clientConn{Conn: tls.Server(raw, l.tls), socket: raw}, nil
+		return &clientConn{Conn: handoff.Conn{Conn: tls.Server(raw, l.tls)}, socket: raw}, nil
 	}
-	return &clientConn{Conn: raw, socket: raw}, nil
+	return &clientConn{Conn: handoff.Conn{Conn: raw}, socket: raw}, nil
 }
 
 // clientConn is an accepted client connection and the work its last answer deferred.
 type clientConn struct {
-	net.Conn
-	socket net.Conn // the TCP connection beneath TLS (Conn itself when plain)
-	after  afterResponse
-	stream streamGuard // the event stream being written to this connection (stream.go)
-
-	upstream   fasthttp.Response // the pylon's answer to a request that may stream (handoff.go)
-	handedOff  bool              // its stream is to be handed off: the hijack has not run yet
-	pending    []byte               // bytes of the next request read while handed off
-	pendingBuf *[]byte              // pending's buffer, back to nextBufs once read
-}
-
-// Read reads what a hand-off read ahead first (handoff.go), then the connection.
-func (c *clientConn) Read(p []byte) (int, error) {
-	if len(c.pending) == 0 {
-		return c.Conn.Read(p) //nolint:wrapcheck // a pass-through
-	}
-	n := copy(p, c.pending)
-	if c.pending = c.pending[n:]; len(c.pending) == 0 {
-		nextBufs.Put(c.pendingBuf)
-		c.pending, c.pendingBuf = nil, nil
-	}
-	return n, nil
+	handoff.Conn          // the connection, and its state when a stream is handed off (handoff.go)
+	socket       net.Conn // the TCP connection beneath TLS (Conn itself when plain)
+	after        afterResponse
+	stream       streamGuard // the event stream being written to this connection (stream.go)
 }
 
 // overTLS reports whether the connection is served inside TLS.
 func (c *clientConn) overTLS() bool {
-	_, ok := c.Conn.(*tls.Conn)
+	_, ok := c.Conn.Conn.(*tls.Conn)
 	return ok
 }
 
@@ -225,8 +208,8 @@ func (g *Gateway) connState(nc net.Conn, st fasthttp.ConnState) {
 	if !ok {
 		return
 	}
-	if st == fasthttp.StateClosed && cc.handedOff {
-		g.handOffFailed(cc)
+	if st == fasthttp.StateClosed {
+		g.handoff.Closed(cc)
 	}
 	defer func() {
 		if r := recover(); r != nil {

@@ -32,8 +32,8 @@ func TestClientConnectionsIO(t *testing.T) {
 			if !ok {
 				t.Fatalf("accepted %T, want *clientConn", c)
 			}
-			if !tc.want(cc.Conn) {
-				t.Errorf("the client connection wraps %T", cc.Conn)
+			if !tc.want(cc.Conn.Conn) {
+				t.Errorf("the client connection wraps %T", cc.Conn.Conn)
 			}
 			if _, err := cc.SyscallConn(); err != nil {
 				t.Errorf("SyscallConn (clientGone peeks through it): %v", err)

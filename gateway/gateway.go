@@ -32,6 +32,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/dispatch"
 	"github.com/switchyard/switchyard/gateway/fleet"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
+	"github.com/switchyard/switchyard/internal/handoff"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/secret"
@@ -344,9 +345,8 @@ type Gateway struct {
 	dir                  *dispatch.Directory
 	exprs                exprCache // parsed routing expressions (expression.go)
 	pending              dispatch.PendingPool
-	upstream             *relay.Conns // every pylon connection, for the headers timeout
-	handoff              handoffs     // event streams relayed off the server's goroutines (handoff.go)
-	relayFn              fasthttp.HijackHandler
+	upstream             *relay.Conns    // every pylon connection, for the headers timeout
+	handoff              *handoff.Server // event streams relayed off the server's goroutines (stream.go)
 	stopWatch, watchDone chan struct{}
 	fleet                *fleet.Fleet
 	lbcfg                atomic.Pointer[lbconfig.Config]
@@ -431,10 +431,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		ErrorHandler:          g.serverError,
 		ConnState:             g.connState,
 		CloseOnShutdown:       true,
-		KeepHijackedConns:     true, // handed-off streams (handoff.go) close or serve on themselves
 		Logger:                slogPrinter{g.log},
 	}
-	g.relayFn = g.relayStream
+	g.handoff = handoff.New(g.server, func(c net.Conn) { g.connState(c, fasthttp.StateIdle) }) // a stream's deferred work
 	g.admin = &fasthttp.Server{
 		Handler:               g.handleAdmin,
 		Name:                  "switchyard-gateway-admin",
@@ -594,10 +593,10 @@ func (g *Gateway) Shutdown() {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
 	defer cancel()
-	g.handoff.close()
+	g.handoff.Close()
 	_ = g.server.ShutdownWithContext(sctx)
 	_ = g.admin.ShutdownWithContext(sctx)
-	g.handoff.wait(sctx) // streams handed off the server (handoff.go)
+	_ = g.handoff.Wait(sctx) // streams handed off the server; past the drain timeout, cut with the process
 	g.listeners.close()
 	g.Close()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard/switchyard/gateway/lb"
 	"github.com/switchyard/switchyard/gateway/lbconfig"
 	"github.com/switchyard/switchyard/gateway/retry"
+	"github.com/switchyard/switchyard/internal/handoff"
 	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/wire"
@@ -339,7 +340,7 @@ func (g *Gateway) follow(pid *actor.PID, p *dispatch.Pending, out *dispatch.Outc
 // attempt performs one upstream call on a granted backend. It returns again = true when
 // the request should be routed again, or a final error to answer; otherwise the upstream
 // response is in ctx.Response (streamed after the handler returns), or its event stream
-// has been handed off (handoff.go).
+// has been handed off (stream.go).
 func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.Pending, out *dispatch.Outcome, st *attemptState, rt *routing, ts *targetSeries) (again bool, final error) {
 	t := ts.t
 	b := g.fleet.Get(out.BackendID)
@@ -364,7 +365,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Request.URI().SetScheme(schemeOf(b.Client)) // the client's own scheme is not the pylon's
-	resp := upstreamResponse(ctx, rt.mayStream)
+	resp := handoff.Response(ctx, rt.mayStream)
 	resp.Reset()
 	resp.StreamBody = rt.mayStream
 	// The first-byte deadline, kept by the connection's watchdog (see newUpstreamConns).
@@ -472,7 +473,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		}
 	}
 	if resp != &ctx.Response && !ctx.Hijacked() {
-		moveResponse(resp, &ctx.Response)
+		handoff.Move(resp, &ctx.Response)
 	}
 	return false, nil
 }

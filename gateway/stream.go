@@ -69,7 +69,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st
 		s.trace.startStream(b.ID, resp.StatusCode())
 	}
 	// Chunked towards the client whatever the pylon's framing: an error event may follow.
-	if !g.handOff(ctx, resp) {
+	if !g.handoff.HandOff(ctx, resp, s) {
 		resp.SetBodyStream(s, -1)
 	}
 	return nil

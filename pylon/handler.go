@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard/switchyard/internal/handoff"
 	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/promtext"
 	"github.com/switchyard/switchyard/internal/relay"
@@ -201,7 +202,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	if !r.decision.Admit() {
 		turn.release()
 		queueMismatch(r.decision, p.cfg.QueueMismatchRetryAfterMs).write(ctx)
-		p.addLoad(ctx, g, gw)
+		p.addLoad(&ctx.Response.Header, g, gw)
 		mm.status(fasthttp.StatusTooManyRequests).Inc()
 		p.metrics.retryable(wire.RetryQueueEstimateMismatch, fasthttp.StatusTooManyRequests)
 		return
@@ -244,9 +245,10 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	obs := &requestObserver{p: p, g: g, mm: mm, id: id, start: p.now(), msgs: msgs, span: span, prompt: turn}
-	// The engine's answer is read straight into the response to the gateway: no second
-	// response (and header copy) held for the stream's length.
-	resp := &ctx.Response
+	// The engine's answer is read into the connection's own response, which a stream
+	// handed off the connection keeps (internal/handoff); ctx.Response when it cannot be.
+	resp := handoff.Response(ctx, true)
+	resp.Reset()
 	resp.StreamBody = true
 	if err := p.client.Do(&ctx.Request, resp); err != nil {
 		p.upstreamFailed(ctx, obs, err, gw)
@@ -268,16 +270,21 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 			resp.SetBodyStream(body, -1) // put back as it was (not fasthttp's client stream)
 		}
 		obs.complete(resp.Body())
-		p.addLoad(ctx, g, gw)
+		p.addLoad(&resp.Header, g, gw)
+		handoff.Move(resp, &ctx.Response)
 		return
 	}
-	p.addLoad(ctx, g, gw)
+	p.addLoad(&resp.Header, g, gw)
 	rs := relay.NewStream(bs, obs, p.now, nil)
 	if bytes.HasPrefix(resp.Header.ContentType(), eventStream) {
 		// An engine that fails mid-stream: the gateway gets an error event and a normal
 		// end of the body, not a cut connection.
 		rs.EndWithErrorEvent("inference engine")
 	}
+	if p.handoff.HandOff(ctx, resp, rs) {
+		return
+	}
+	handoff.Move(resp, &ctx.Response)
 	ctx.Response.SetBodyStream(rs, -1)
 	ctx.Response.ImmediateHeaderFlush = true
 }
@@ -294,7 +301,7 @@ func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gw
 	obs.mm.headers.Update(p.now().Sub(obs.start).Seconds())
 	p.fromUpstream(&ctx.Response.Header)
 	obs.complete(ctx.Response.Body())
-	p.addLoad(ctx, obs.g, gw)
+	p.addLoad(&ctx.Response.Header, obs.g, gw)
 }
 
 // upstreamFailed answers an engine call that failed before a response (problem.go:
@@ -310,7 +317,7 @@ func (p *Pylon) upstreamFailed(ctx *fasthttp.RequestCtx, obs *requestObserver, e
 	} else {
 		p.metrics.nonRetryable(pr.Reason)
 	}
-	p.addLoad(ctx, obs.g, gw)
+	p.addLoad(&ctx.Response.Header, obs.g, gw)
 }
 
 // fromUpstream strips an engine response's hop-by-hop headers and applies the retry
@@ -361,14 +368,14 @@ func (p *Pylon) retryableStatus(s int) bool {
 }
 
 // addLoad sets x-pylon-load for the request's model from the generation's snapshot.
-func (p *Pylon) addLoad(ctx *fasthttp.RequestCtx, g *generation, gw *gatewayState) {
+func (p *Pylon) addLoad(h *fasthttp.ResponseHeader, g *generation, gw *gatewayState) {
 	var buf [256]byte
 	var now time.Time
 	if gw != nil {
 		now = p.now()
 	}
 	if v, ok := g.appendLoadReport(p.sys.Root, buf[:0], gw, now); ok {
-		ctx.Response.Header.SetBytesV(wire.HeaderPylonLoad, v)
+		h.SetBytesV(wire.HeaderPylonLoad, v)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard/switchyard/actors"
+	"github.com/switchyard/switchyard/internal/handoff"
 	"github.com/switchyard/switchyard/internal/headerset"
 	"github.com/switchyard/switchyard/internal/httpserver"
 	"github.com/switchyard/switchyard/internal/relay"
@@ -79,7 +80,8 @@ type Pylon struct {
 	client       *fasthttp.HostClient
 	engine       *relay.Conns // the client's connections: timeouts and shutdown abort
 	dial         fasthttp.DialFunc
-	clients      *clientConns // the server's connections
+	clients      *clientConns    // the server's connections
+	handoff      *handoff.Server // streams relayed off the server's goroutines
 	control      *fasthttp.Client
 	upstreamHost string
 
@@ -212,7 +214,8 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.control = &fasthttp.Client{Dial: dial, TLSConfig: clientTLS, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
 	p.controlTransport = register.HTTPTransport(p.control, p.fileToken)
 	p.server = p.newServer("switchyard-pylon")
-	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
+	p.server.CloseOnShutdown, p.server.ConnState = true, p.connState
+	p.handoff = handoff.New(p.server, nil)
 	p.admin = &fasthttp.Server{
 		Handler: p.serveAdmin, Name: "switchyard-pylon-admin", NoDefaultServerHeader: true, CloseOnShutdown: true,
 		MaxRequestBodySize: 1 << 10, Logger: fasthttpLogger{p.log},
@@ -338,7 +341,7 @@ func (p *Pylon) Run(ctx context.Context) error {
 	if p.dataTLS != nil {
 		dataLn = tls.NewListener(dataLn, p.dataTLS)
 	}
-	go func() { serveErr <- p.server.Serve(dataLn) }()
+	go func() { serveErr <- p.server.Serve(handoff.Listener(dataLn)) }()
 	adminDone := make(chan struct{})
 	if p.adminLn != nil {
 		aln := relay.Listener(p.adminLn, !p.cfg.NoRawSocketIO)

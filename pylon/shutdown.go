@@ -41,6 +41,7 @@ func (p *Pylon) stopServing(serveErr <-chan error) error {
 	stopped := make(chan error, 1)
 	sctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	p.handoff.Close() // a handed-off connection waiting for its next request closes
 	go func() { stopped <- p.server.ShutdownWithContext(sctx) }()
 	// wait reports whether the server stopped within d, and its result.
 	wait := func(d time.Duration) (bool, error) {

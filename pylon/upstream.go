@@ -31,10 +31,18 @@ func (cc *clientConns) state(c net.Conn, s fasthttp.ConnState) {
 		if closing {
 			_ = c.Close()
 		}
-	case fasthttp.StateClosed, fasthttp.StateHijacked:
+	case fasthttp.StateClosed: // a hijacked connection stays until its hijacker closes it
 		cc.mu.Lock()
 		delete(cc.conns, c)
 		cc.mu.Unlock()
+	}
+}
+
+// connState is the data server's ConnState hook.
+func (p *Pylon) connState(c net.Conn, s fasthttp.ConnState) {
+	p.clients.state(c, s)
+	if s == fasthttp.StateClosed {
+		p.handoff.Closed(c)
 	}
 }
 

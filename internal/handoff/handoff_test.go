@@ -1,0 +1,327 @@
+package handoff
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard/switchyard/internal/testkit/mocktest"
+)
+
+func TestMain(m *testing.M) { mocktest.Main(m) }
+
+// pieces is a Stream of the pieces sent on its channel until it is closed; it records how
+// it was closed.
+type pieces struct {
+	ch     chan string
+	rest   string
+	closed chan error // receives CloseWithError's argument
+}
+
+func newPieces(p ...string) *pieces {
+	s := &pieces{ch: make(chan string, len(p)), closed: make(chan error, 1)}
+	for _, x := range p {
+		s.ch <- x
+	}
+	close(s.ch)
+	return s
+}
+
+func (s *pieces) Read(p []byte) (int, error) {
+	if s.rest == "" {
+		x, ok := <-s.ch
+		if !ok {
+			return 0, io.EOF
+		}
+		s.rest = x
+	}
+	n := copy(p, s.rest)
+	s.rest = s.rest[n:]
+	return n, nil
+}
+
+func (s *pieces) CloseWithError(err error) error {
+	s.closed <- err
+	return nil
+}
+
+// rig is a fasthttp server on loopback whose handler hands off the stream next returns.
+type rig struct {
+	srv    *fasthttp.Server
+	h      *Server
+	addr   string
+	mu     sync.Mutex
+	next   func() Stream
+	ended  chan struct{} // one value per handed-off stream ended
+	states chan fasthttp.ConnState
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	r := &rig{ended: make(chan struct{}, 16), states: make(chan fasthttp.ConnState, 64)}
+	r.srv = &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			resp := Response(ctx, true)
+			resp.Reset()
+			resp.SetStatusCode(fasthttp.StatusOK)
+			resp.Header.SetContentType("text/event-stream")
+			resp.Header.Set("X-Path", string(ctx.Path()))
+			r.mu.Lock()
+			st := r.next()
+			r.mu.Unlock()
+			if !r.h.HandOff(ctx, resp, st) {
+				Move(resp, &ctx.Response)
+				ctx.Response.SetBodyStream(st, -1)
+			}
+		},
+		IdleTimeout: time.Minute,
+		ConnState: func(c net.Conn, s fasthttp.ConnState) {
+			if s == fasthttp.StateClosed {
+				r.h.Closed(c)
+			}
+			r.states <- s
+		},
+	}
+	r.h = New(r.srv, func(net.Conn) { r.ended <- struct{}{} })
+	ln, extra := mocktest.Loopback(t)
+	_ = extra.Close() // Loopback's own client connection: not used here
+	r.addr = ln.Addr().String()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.srv.Serve(Listener(ln))
+	}()
+	t.Cleanup(func() {
+		r.h.Close()
+		_ = r.srv.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.h.Wait(ctx); err != nil {
+			t.Errorf("hand-offs still counted after every connection closed: %d", r.h.Active())
+		}
+		<-done
+	})
+	return r
+}
+
+func (r *rig) serve(next func() Stream) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next = next
+}
+
+func (r *rig) dial(t *testing.T) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+func request(path string) string {
+	return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+}
+
+// readAnswer reads one answer and its whole (dechunked) body.
+func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp, string(b)
+}
+
+// A handed-off stream is written chunked with the handler's header, pieces larger than a
+// chunk included; the connection then serves the next requests, pipelined ones too.
+func TestHandedOffStreamKeepsTheConnection(t *testing.T) {
+	r := newRig(t)
+	big := strings.Repeat("b", 3*streamChunk+7)
+	made := make(chan *pieces, 8)
+	r.serve(func() Stream {
+		p := newPieces("data: 1\n\n", big, "data: [DONE]\n\n")
+		made <- p
+		return p
+	})
+	c, br := r.dial(t)
+	for i, path := range []string{"/a", "/b"} {
+		if _, err := c.Write([]byte(request(path))); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := readAnswer(t, br)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Path") != path || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("answer %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+		if len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+			t.Errorf("answer %d framed %v, want chunked", i, resp.TransferEncoding)
+		}
+		if want := "data: 1\n\n" + big + "data: [DONE]\n\n"; body != want {
+			t.Fatalf("answer %d: body of %d bytes, want %d", i, len(body), len(want))
+		}
+		if err := <-(<-made).closed; err != nil {
+			t.Errorf("stream %d closed with %v, want nil", i, err)
+		}
+	}
+	// Two requests in one write: the second waits in fasthttp's reader while the first
+	// streams, and is answered after it.
+	if _, err := c.Write([]byte(request("/c") + request("/d"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/c", "/d"} {
+		resp, body := readAnswer(t, br)
+		if resp.Header.Get("X-Path") != path || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+			t.Fatalf("pipelined %s: got %s, %q", path, resp.Header.Get("X-Path"), body)
+		}
+	}
+	if n := len(made); n != 2 {
+		t.Errorf("%d more streams for the 2 pipelined requests", n)
+	}
+	for range 4 {
+		<-r.ended // each stream ended once
+	}
+}
+
+// A client that goes away mid-stream: the stream is closed with the write error, the
+// connection is closed and reported closed.
+func TestHandedOffStreamClientGone(t *testing.T) {
+	r := newRig(t)
+	p := &pieces{ch: make(chan string), closed: make(chan error, 1)}
+	r.serve(func() Stream { return p })
+	c, br := r.dial(t)
+	if _, err := c.Write([]byte(request("/a"))); err != nil {
+		t.Fatal(err)
+	}
+	p.ch <- "data: 1\n\n"
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer: %v %v", resp, err)
+	}
+	_ = c.Close()
+	var cerr error
+	for cerr == nil {
+		select {
+		case p.ch <- strings.Repeat("x", 512): // writes fail once the reset arrives
+		case cerr = <-p.closed:
+			if cerr == nil {
+				t.Fatal("closed as finished")
+			}
+		}
+	}
+	for s := range r.states { // the connection is reported closed
+		if s == fasthttp.StateClosed {
+			break
+		}
+	}
+}
+
+// A drain stops new hand-offs (fasthttp writes the stream itself), closes a connection
+// waiting for its next request and waits for a stream still relaying.
+func TestDrainClosesIdleWaitsForStreams(t *testing.T) {
+	r := newRig(t)
+	slow := &pieces{ch: make(chan string), closed: make(chan error, 1)}
+	r.serve(func() Stream { return slow })
+	c1, br1 := r.dial(t)
+	if _, err := c1.Write([]byte(request("/slow"))); err != nil {
+		t.Fatal(err)
+	}
+	slow.ch <- "data: 1\n\n"
+	if _, err := http.ReadResponse(br1, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	r.serve(func() Stream { return newPieces("data: [DONE]\n\n") })
+	c2, br2 := r.dial(t)
+	if _, err := c2.Write([]byte(request("/quick"))); err != nil {
+		t.Fatal(err)
+	}
+	readAnswer(t, br2)
+	<-r.ended // c2 now waits for its next request
+
+	r.h.Close()
+	if _, err := br2.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("the waiting connection: read %v, want EOF (closed by the drain)", err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = r.h.Wait(context.Background())
+		close(waited)
+	}()
+	if n := r.h.Active(); n == 0 {
+		t.Error("no hand-off counted while the slow stream relays")
+	}
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while a stream was relaying")
+	default:
+	}
+	close(slow.ch)
+	if err := <-slow.closed; err != nil {
+		t.Errorf("the slow stream closed with %v", err)
+	}
+	<-waited
+	body, _ := io.ReadAll(br1)
+	if !strings.HasSuffix(string(body), "0\r\n\r\n") {
+		t.Errorf("the slow stream's end: %q", body)
+	}
+
+	// No hand-off once draining: the server is still serving, and fasthttp writes it.
+	r.serve(func() Stream { return newPieces("data: [DONE]\n\n") })
+	c3, br3 := r.dial(t)
+	if _, err := c3.Write([]byte(request("/late"))); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := readAnswer(t, br3); resp.StatusCode != 200 || body != "data: [DONE]\n\n" {
+		t.Errorf("during the drain: %d %q", resp.StatusCode, body)
+	}
+	if n := r.h.Active(); n != 0 {
+		t.Errorf("%d hand-offs counted after the drain", n)
+	}
+}
+
+func TestFrameChunk(t *testing.T) {
+	for _, n := range []int{1, 15, 16, 255, 256, streamChunk} {
+		buf := make([]byte, chunkRoom+streamChunk+2)
+		data := strings.Repeat("z", n)
+		copy(buf[chunkRoom:], data)
+		if got, want := string(frameChunk(buf, n)), fmt.Sprintf("%x\r\n%s\r\n", n, data); got != want {
+			t.Errorf("n=%d: %q..., want %q...", n, got[:8], want[:8])
+		}
+	}
+}
+
+// A connection fasthttp closed before the hijack ran has its stream closed and uncounted.
+func TestClosedBeforeTheHijack(t *testing.T) {
+	s := New(&fasthttp.Server{}, nil)
+	if !s.begin() {
+		t.Fatal("begin refused")
+	}
+	st := newPieces()
+	c := &Conn{stream: st, handedOff: true}
+	s.Closed(c)
+	if err := <-st.closed; !errors.Is(err, errNotHandedOff) {
+		t.Errorf("closed with %v", err)
+	}
+	if s.Active() != 0 {
+		t.Errorf("still counted: %d", s.Active())
+	}
+	s.Closed(c) // once only
+	if s.Active() != 0 {
+		t.Errorf("counted again: %d", s.Active())
+	}
+}
