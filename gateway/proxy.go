@@ -365,11 +365,12 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 	h.SetCanonical(hdrDispatchSeq, strconv.AppendUint(seq, out.Seq, 10))
 	ctx.Request.SetHost(b.Client.Addr)
 	ctx.Request.URI().SetScheme(schemeOf(b.Client)) // the client's own scheme is not the pylon's
-	resp := handoff.Response(ctx, rt.mayStream)
+	asked := rt.mayStream && asksForStream(ctx.PostBody())
+	resp := handoff.Response(ctx, asked) // the connection's own when the stream may be handed off
 	resp.Reset()
 	resp.StreamBody = rt.mayStream
 	// The first-byte deadline, kept by the connection's watchdog (see newUpstreamConns).
-	deadline := g.firstByteDeadline(out, rt.mayStream && asksForStream(ctx.PostBody()))
+	deadline := g.firstByteDeadline(out, asked)
 	ctx.Request.SetTimeout(deadline)
 	st.trace.startAttempt(b, h)
 	abandoned := b.Abandoned()
