@@ -317,7 +317,7 @@ func write(c *Conn, b []byte) error {
 	if err := c.SetWriteDeadline(time.Now().Add(WriteTimeout)); err != nil {
 		return err //nolint:wrapcheck // the connection's own error
 	}
-	_, err := c.Conn.Write(b)
+	_, err := c.Write(b)
 	return err //nolint:wrapcheck // the connection's own error, as fasthttp would see it
 }
 
