@@ -1,12 +1,15 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,4 +216,38 @@ func TestLoopbackOpenAINodeClient(t *testing.T) {
 	if res.Chunks < 6 || res.Text == "" || res.Usage == nil || res.Usage.CompletionTokens != 6 || res.Plain == "" {
 		t.Errorf("openai client results: %+v (%s)", res, out)
 	}
+}
+
+// Streams handed off the server's goroutine keep their client connection: streamed and
+// buffered answers alternate on one keep-alive connection, each complete and counted once.
+func TestLoopbackStreamsKeepTheConnection(t *testing.T) {
+	l := startLoopback(t, gateway.Config{})
+	engine := startEngine(t, mock.Config{})
+	l.registerURL("e1", engine, "dummy-model", wire.Stats{MaxEngineConcurrency: 4})
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for i, stream := range []bool{true, false, true, true} {
+		body := fmt.Sprintf(`{"model":"dummy-model","stream":%t,"max_tokens":5,"messages":[{"role":"user","content":"hi %d"}]}`, stream, i)
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, err, got)
+		}
+		if resp.Header.Get(wire.HeaderInferenceServerID) != "e1" {
+			t.Errorf("request %d: %s %q", i, wire.HeaderInferenceServerID, resp.Header.Get(wire.HeaderInferenceServerID))
+		}
+		if done := strings.HasSuffix(string(got), "data: [DONE]\n\n"); done != stream {
+			t.Errorf("request %d (stream %t): body ends %q", i, stream, got[max(0, len(got)-20):])
+		}
+	}
+	waitMetric(t, l, `switchyard_requests_total{routing_key="",model="dummy-model",inference_server_id="e1",status="200"} 4`)
 }
