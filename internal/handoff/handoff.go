@@ -127,9 +127,10 @@ const streamChunk = 1 << 10
 // chunkRoom is the room before a piece for its chunk-size line ("400\r\n" at most).
 const chunkRoom = 5
 
-// WriteTimeout bounds one write of a handed-off stream: a client that takes no byte of
-// an event for this long is treated as gone (its stream is closed with the error).
-const WriteTimeout = 30 * time.Second
+// DefaultWriteTimeout bounds one write of a handed-off stream (Server.WriteTimeout): a
+// client that takes no byte of an event for this long is treated as gone (its stream is
+// closed with the error).
+const DefaultWriteTimeout = 30 * time.Second
 
 // lastChunk ends a chunked body (no trailers).
 var lastChunk = []byte("0\r\n\r\n")
@@ -149,6 +150,9 @@ var nextBufs = sync.Pool{New: func() any {
 
 // Server hands off the streams of one fasthttp server.
 type Server struct {
+	// WriteTimeout bounds each write of a handed-off stream (set before serving).
+	WriteTimeout time.Duration
+
 	srv   *fasthttp.Server
 	ended func(net.Conn) // after a stream, before its connection waits or closes
 	relay fasthttp.HijackHandler
@@ -166,7 +170,7 @@ type Server struct {
 // fasthttp reports StateIdle after an answer).
 func New(srv *fasthttp.Server, ended func(net.Conn)) *Server {
 	srv.KeepHijackedConns = true
-	s := &Server{srv: srv, ended: ended}
+	s := &Server{WriteTimeout: DefaultWriteTimeout, srv: srv, ended: ended}
 	s.relay = s.hijacked
 	return s
 }
@@ -238,12 +242,12 @@ func (s *Server) serve(c *Conn) {
 	h := &c.Upstream.Header
 	h.SetContentLength(-1) // chunked, as fasthttp writes a body stream of unknown length
 	keep := !h.ConnectionClose()
-	err := write(c, h.Header())
+	err := write(c, h.Header(), s.WriteTimeout)
 	forgetHeader(h)
 	st := c.stream
 	c.stream = nil
 	if err == nil {
-		err = relayChunked(c, st)
+		err = relayChunked(c, st, s.WriteTimeout)
 	} else {
 		_ = st.CloseWithError(err)
 	}
@@ -272,14 +276,14 @@ func forgetHeader(h *fasthttp.ResponseHeader) {
 // relayChunked writes st's pieces to c as chunks, then the last chunk. st is closed with
 // the error that ended it (nil when it ended normally), as fasthttp closes a body stream:
 // before the last chunk is written, as fasthttp does.
-func relayChunked(c *Conn, st Stream) error {
+func relayChunked(c *Conn, st Stream, d time.Duration) error {
 	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
 	defer chunkBufs.Put(bp)
 	buf := *bp
 	for {
 		n, rerr := st.Read(buf[chunkRoom : chunkRoom+streamChunk])
 		if n > 0 {
-			if err := write(c, frameChunk(buf, n)); err != nil {
+			if err := write(c, frameChunk(buf, n), d); err != nil {
 				_ = st.CloseWithError(err)
 				return err
 			}
@@ -287,7 +291,7 @@ func relayChunked(c *Conn, st Stream) error {
 		switch {
 		case errors.Is(rerr, io.EOF):
 			_ = st.CloseWithError(nil)
-			return write(c, lastChunk)
+			return write(c, lastChunk, d)
 		case rerr != nil:
 			_ = st.CloseWithError(rerr)
 			return rerr
@@ -312,9 +316,9 @@ func frameChunk(buf []byte, n int) []byte {
 	return buf[i : end+2]
 }
 
-// write writes b whole within WriteTimeout.
-func write(c *Conn, b []byte) error {
-	if err := c.SetWriteDeadline(time.Now().Add(WriteTimeout)); err != nil {
+// write writes b whole within d.
+func write(c *Conn, b []byte, d time.Duration) error {
+	if err := c.SetWriteDeadline(time.Now().Add(d)); err != nil {
 		return err //nolint:wrapcheck // the connection's own error
 	}
 	_, err := c.Write(b)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -307,6 +308,36 @@ func TestDrainClosesIdleWaitsForStreams(t *testing.T) {
 	}
 	if n := r.h.Active(); n != 0 {
 		t.Errorf("%d hand-offs counted after the drain", n)
+	}
+}
+
+// A client that stops reading: once its socket buffers are full, the next write fails
+// after the write timeout and the stream is closed with that error.
+func TestHandedOffStreamClientStopsReading(t *testing.T) {
+	r := newRig(t)
+	r.h.WriteTimeout = 200 * time.Millisecond
+	p := &pieces{ch: make(chan string), closed: make(chan error, 1)}
+	r.serve(func() Stream { return p })
+	c, br := r.dial(t)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 10)
+	}
+	if _, err := c.Write([]byte(request("/a"))); err != nil {
+		t.Fatal(err)
+	}
+	p.ch <- "data: 1\n\n"
+	readHead(t, br) // then nothing more is read
+	piece := strings.Repeat("x", streamChunk)
+	for {
+		select {
+		case p.ch <- piece:
+			continue
+		case err := <-p.closed:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("closed with %v, want the write deadline", err)
+			}
+		}
+		break
 	}
 }
 
