@@ -168,6 +168,27 @@ func readHead(t *testing.T, br *bufio.Reader) int {
 	return h.StatusCode()
 }
 
+// openSlow opens a stream whose pieces the test sends one by one, and reads its head and
+// first piece's arrival: the stream is handed off and relaying. setup runs on the client
+// connection before the request is sent.
+func openSlow(t *testing.T, r *rig, setup func(net.Conn)) (*pieces, net.Conn, *bufio.Reader) {
+	t.Helper()
+	p := &pieces{ch: make(chan string), closed: make(chan error, 1)}
+	r.serve(func() Stream { return p })
+	c, br := r.dial(t)
+	if setup != nil {
+		setup(c)
+	}
+	if _, err := c.Write([]byte(request("/slow"))); err != nil {
+		t.Fatal(err)
+	}
+	p.ch <- "data: 1\n\n"
+	if status := readHead(t, br); status != 200 {
+		t.Fatalf("answer: %d", status)
+	}
+	return p, c, br
+}
+
 // A handed-off stream is written chunked with the handler's header, pieces larger than a
 // chunk included; the connection then serves the next requests, pipelined ones too.
 func TestHandedOffStreamKeepsTheConnection(t *testing.T) {
@@ -221,16 +242,7 @@ func TestHandedOffStreamKeepsTheConnection(t *testing.T) {
 // connection is closed and reported closed.
 func TestHandedOffStreamClientGone(t *testing.T) {
 	r := newRig(t)
-	p := &pieces{ch: make(chan string), closed: make(chan error, 1)}
-	r.serve(func() Stream { return p })
-	c, br := r.dial(t)
-	if _, err := c.Write([]byte(request("/a"))); err != nil {
-		t.Fatal(err)
-	}
-	p.ch <- "data: 1\n\n"
-	if status := readHead(t, br); status != 200 {
-		t.Fatalf("answer: %d", status)
-	}
+	p, c, _ := openSlow(t, r, nil)
 	_ = c.Close()
 	var cerr error
 	for cerr == nil {
@@ -253,14 +265,7 @@ func TestHandedOffStreamClientGone(t *testing.T) {
 // waiting for its next request and waits for a stream still relaying.
 func TestDrainClosesIdleWaitsForStreams(t *testing.T) {
 	r := newRig(t)
-	slow := &pieces{ch: make(chan string), closed: make(chan error, 1)}
-	r.serve(func() Stream { return slow })
-	c1, br1 := r.dial(t)
-	if _, err := c1.Write([]byte(request("/slow"))); err != nil {
-		t.Fatal(err)
-	}
-	slow.ch <- "data: 1\n\n"
-	readHead(t, br1)
+	slow, _, br1 := openSlow(t, r, nil)
 
 	r.serve(func() Stream { return newPieces("data: [DONE]\n\n") })
 	c2, br2 := r.dial(t)
@@ -316,17 +321,11 @@ func TestDrainClosesIdleWaitsForStreams(t *testing.T) {
 func TestHandedOffStreamClientStopsReading(t *testing.T) {
 	r := newRig(t)
 	r.h.WriteTimeout = 200 * time.Millisecond
-	p := &pieces{ch: make(chan string), closed: make(chan error, 1)}
-	r.serve(func() Stream { return p })
-	c, br := r.dial(t)
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetReadBuffer(4 << 10)
-	}
-	if _, err := c.Write([]byte(request("/a"))); err != nil {
-		t.Fatal(err)
-	}
-	p.ch <- "data: 1\n\n"
-	readHead(t, br) // then nothing more is read
+	p, _, _ := openSlow(t, r, func(c net.Conn) {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+	}) // then nothing more is read
 	piece := strings.Repeat("x", streamChunk)
 	for {
 		select {
