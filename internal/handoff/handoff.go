@@ -210,6 +210,9 @@ func (s *Server) HandOff(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st S
 		return false
 	}
 	c.outer, c.stream, c.handedOff = ctx.Conn(), st, true
+	if ctx.Request.Header.ConnectionClose() {
+		resp.Header.SetConnectionClose() // as fasthttp answers such a request: then it closes
+	}
 	ctx.Response.SetStatusCode(resp.StatusCode()) // what the handler's own accounting reads
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(s.relay)

@@ -140,6 +140,7 @@ type answer struct {
 	status  int
 	header  http.Header
 	framing []string // transfer encodings
+	closes  bool     // Connection: close
 	body    string   // dechunked
 }
 
@@ -155,7 +156,7 @@ func readAnswer(t *testing.T, br *bufio.Reader) answer {
 	if err != nil {
 		t.Fatalf("reading the body: %v", err)
 	}
-	return answer{status: resp.StatusCode, header: resp.Header, framing: resp.TransferEncoding, body: string(b)}
+	return answer{status: resp.StatusCode, header: resp.Header, framing: resp.TransferEncoding, closes: resp.Close, body: string(b)}
 }
 
 // readHead reads an answer's status line and header only.
@@ -233,7 +234,17 @@ func TestHandedOffStreamKeepsTheConnection(t *testing.T) {
 	if n := len(made); n != 2 {
 		t.Errorf("%d more streams for the 2 pipelined requests", n)
 	}
-	for range 4 {
+	// A request that asks to close the connection: its answer says so, then it closes.
+	if _, err := c.Write([]byte(strings.Replace(request("/e"), "Host: x\r\n", "Host: x\r\nConnection: close\r\n", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if a := readAnswer(t, br); !a.closes || !strings.HasSuffix(a.body, "data: [DONE]\n\n") {
+		t.Errorf("Connection: close request: answer closes %t, body of %d bytes", a.closes, len(a.body))
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the Connection: close answer: read %v, want EOF", err)
+	}
+	for range 5 {
 		<-r.ended // each stream ended once
 	}
 }
