@@ -42,6 +42,7 @@ const (
 	// mAbandoned counts the attempts abandoned because their pylon stopped answering.
 	mAbandoned        = "upstream_abandoned_attempts_total"
 	mInflightRequests = "inflight_requests"
+	mStreamsRelayed   = "streams_relayed"
 	// mRoutingTargets is the number of routing targets (routing key × model) with a scheduler.
 	mRoutingTargets = "routing_targets"
 	// mAdminUnauthorized counts admin-listener requests refused for a missing or wrong token.

@@ -58,6 +58,7 @@ const (
 	// unresponsive; mEngineUnresponsiveNow is 1 while it is.
 	mEngineUnresponsive    = "engine_unresponsive_total"
 	mEngineUnresponsiveNow = "engine_unresponsive"
+	mStreamsRelayed        = "streams_relayed"
 	// mPromptWaits counts requests that waited for the same affinity key's prompt in
 	// flight on the engine (Config.PromptWait), by outcome: cached (released in time) or
 	// timeout; mPromptWaitSeconds is how long they waited; mPromptsInflight is the number

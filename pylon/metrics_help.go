@@ -46,6 +46,7 @@ var metricsHelp = map[string]string{ //nolint:gosec // help texts that mention t
 	mUpstreamTimeouts:                  "Engine connections closed because the engine sent nothing for too long, by reason (first_output, stream_idle).",
 	mEngineUnresponsive:                "Times the engine answered no liveness check three times in a row (--engine-check-timeout): its waiting and new requests were answered 503 retryable until a check passed.",
 	mEngineUnresponsiveNow:             "1 while the engine is marked unresponsive (no answer to three liveness checks in a row), else 0.",
+	mStreamsRelayed:                    "Streams being relayed to gateways, handed off the server's goroutines (HTTP/1.0 and drain-time streams are not counted).",
 	mCanaryChecks:                      "Canary requests to the engine by result.",
 	mPromptWaits:                       "Requests that waited for the same cache-affinity key's prompt being prefilled on the engine for an earlier request, by outcome (cached: released when it was cached; timeout: --prompt-wait passed).",
 	mPromptWaitSeconds:                 "How long requests waited for the same cache-affinity key's prompt in flight on the engine.",

@@ -216,6 +216,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.server = p.newServer("switchyard-pylon")
 	p.server.CloseOnShutdown, p.server.ConnState = true, p.connState
 	p.handoff = handoff.New(p.server, nil)
+	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mStreamsRelayed, func() float64 { return float64(p.handoff.Streams()) })
 	p.admin = &fasthttp.Server{
 		Handler: p.serveAdmin, Name: "switchyard-pylon-admin", NoDefaultServerHeader: true, CloseOnShutdown: true,
 		MaxRequestBodySize: 1 << 10, Logger: fasthttpLogger{p.log},

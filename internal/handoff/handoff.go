@@ -466,6 +466,14 @@ func (s *Server) Wait(ctx context.Context) error {
 	}
 }
 
+// Streams is the number of handed-off streams being relayed now (not counting the
+// connections waiting for a next request).
+func (s *Server) Streams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n - len(s.idle)
+}
+
 // Active is the number of connections handed off now (relaying or waiting for a next
 // request).
 func (s *Server) Active() int {

@@ -254,6 +254,9 @@ func TestHandedOffStreamKeepsTheConnection(t *testing.T) {
 func TestHandedOffStreamClientGone(t *testing.T) {
 	r := newRig(t)
 	p, c, _ := openSlow(t, r, nil)
+	if n := r.h.Streams(); n != 1 {
+		t.Errorf("Streams while one relays: %d", n)
+	}
 	_ = c.Close()
 	var cerr error
 	for cerr == nil {
