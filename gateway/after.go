@@ -208,9 +208,6 @@ func (g *Gateway) connState(nc net.Conn, st fasthttp.ConnState) {
 	if !ok {
 		return
 	}
-	if st == fasthttp.StateClosed {
-		g.handoff.Closed(cc)
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			cc.after = afterResponse{} // drop the work rather than repeat a panic

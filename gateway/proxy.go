@@ -473,8 +473,8 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 			return false, err
 		}
 	}
-	if resp != &ctx.Response && !ctx.Hijacked() {
-		handoff.Move(resp, &ctx.Response)
+	if !ctx.Hijacked() {
+		handoff.Move(resp, &ctx.Response) // a no-op when resp is ctx.Response
 	}
 	return false, nil
 }

@@ -214,7 +214,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.control = &fasthttp.Client{Dial: dial, TLSConfig: clientTLS, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}
 	p.controlTransport = register.HTTPTransport(p.control, p.fileToken)
 	p.server = p.newServer("switchyard-pylon")
-	p.server.CloseOnShutdown, p.server.ConnState = true, p.connState
+	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
 	p.handoff = handoff.New(p.server, nil)
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mStreamsRelayed, func() float64 { return float64(p.handoff.Streams()) })
 	p.admin = &fasthttp.Server{

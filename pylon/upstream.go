@@ -38,14 +38,6 @@ func (cc *clientConns) state(c net.Conn, s fasthttp.ConnState) {
 	}
 }
 
-// connState is the data server's ConnState hook.
-func (p *Pylon) connState(c net.Conn, s fasthttp.ConnState) {
-	p.clients.state(c, s)
-	if s == fasthttp.StateClosed {
-		p.handoff.Closed(c)
-	}
-}
-
 // closeAll closes every open connection (and any accepted later) and returns how many.
 func (cc *clientConns) closeAll() int {
 	cc.mu.Lock()

@@ -20,8 +20,9 @@
 // Wait) stops new hand-offs, closes the connections waiting for a next request and waits
 // for the streams.
 //
-// The server's connection type embeds Conn; its ConnState hook must call Server.Closed on
-// StateClosed and keep a hijacked connection counted (StateHijacked is not its end).
+// The server's connection type embeds Conn (or its listener is wrapped in Listener). Its
+// ConnState hook, when it counts connections, must keep a hijacked one counted:
+// StateHijacked is not its end, the Server reports StateClosed when it closes it.
 package handoff
 
 import (
@@ -72,6 +73,16 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.dropPending()
 	}
 	return n, nil
+}
+
+// readAhead reads once from r into a pooled buffer and keeps what it got as pending.
+func (c *Conn) readAhead(r io.Reader) {
+	bp := nextBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
+	if n, _ := r.Read(*bp); n > 0 {
+		c.pending, c.pendingBuf = (*bp)[:n], bp
+		return
+	}
+	nextBufs.Put(bp)
 }
 
 func (c *Conn) dropPending() {
@@ -164,14 +175,24 @@ type Server struct {
 	empty   chan struct{} // closed once closing and n is 0
 }
 
-// New returns srv's hand-off server and sets srv to keep hijacked connections open (a
-// handed-off connection is closed or served again by the Server). ended, when not nil,
-// runs on the connection fasthttp served once each handed-off stream has ended (as
-// fasthttp reports StateIdle after an answer).
+// New returns srv's hand-off server. It sets srv to keep hijacked connections open (a
+// handed-off connection is closed or served again by the Server) and wraps srv.ConnState
+// (set it first) so that a connection closed before its hijack ran has its stream closed.
+// ended, when not nil, runs on the connection fasthttp served once each handed-off stream
+// has ended (as fasthttp reports StateIdle after an answer).
 func New(srv *fasthttp.Server, ended func(net.Conn)) *Server {
 	srv.KeepHijackedConns = true
 	s := &Server{WriteTimeout: DefaultWriteTimeout, srv: srv, ended: ended}
 	s.relay = s.hijacked
+	next := srv.ConnState
+	srv.ConnState = func(c net.Conn, st fasthttp.ConnState) {
+		if st == fasthttp.StateClosed {
+			s.closed(c)
+		}
+		if next != nil {
+			next(c, st)
+		}
+	}
 	return s
 }
 
@@ -229,12 +250,7 @@ func (s *Server) hijacked(hc net.Conn) {
 	// What the reader buffered past this request (a pipelined request) comes back at once;
 	// the expired deadline keeps the read from waiting for the connection.
 	_ = c.SetReadDeadline(time.Unix(1, 0))
-	bp := nextBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
-	if n, _ := hc.Read(*bp); n > 0 {
-		c.pending, c.pendingBuf = (*bp)[:n], bp
-	} else {
-		nextBufs.Put(bp)
-	}
+	c.readAhead(hc)
 	_ = c.SetReadDeadline(time.Time{})
 	go s.serve(c)
 }
@@ -332,18 +348,11 @@ func write(c *Conn, b []byte, d time.Duration) error {
 // request on a handed-off connection, then serves the connection again.
 func (s *Server) awaitNext(c *Conn) {
 	_ = c.SetWriteDeadline(time.Time{})
-	n := len(c.pending)
-	if n == 0 {
+	if len(c.pending) == 0 {
 		_ = c.SetReadDeadline(deadlineAfter(s.srv.IdleTimeout))
-		bp := nextBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
-		n, _ = c.Conn.Read(*bp)
-		if n > 0 {
-			c.pending, c.pendingBuf = (*bp)[:n], bp
-		} else {
-			nextBufs.Put(bp)
-		}
+		c.readAhead(c.Conn)
 	}
-	if !s.fromIdle(c, n > 0) {
+	if !s.fromIdle(c, len(c.pending) > 0) {
 		s.close(c)
 		return
 	}
@@ -354,16 +363,14 @@ func (s *Server) awaitNext(c *Conn) {
 func (s *Server) close(c *Conn) {
 	_ = c.outer.Close()
 	c.dropPending()
-	if s.srv.ConnState != nil {
-		s.srv.ConnState(c.outer, fasthttp.StateClosed)
-	}
+	s.srv.ConnState(c.outer, fasthttp.StateClosed) // New set it
 	s.end()
 }
 
-// Closed is for the server's ConnState hook on StateClosed: a connection fasthttp closed
-// after its handler handed a stream off but before the hijack ran (flushing an earlier
-// answer failed) has its stream closed, as for a client gone.
-func (s *Server) Closed(nc net.Conn) {
+// closed runs on StateClosed (New's hook): a connection fasthttp closed after its handler
+// handed a stream off but before the hijack ran (flushing an earlier answer failed) has
+// its stream closed, as for a client gone.
+func (s *Server) closed(nc net.Conn) {
 	c := connOf(nc)
 	if c == nil || !c.handedOff {
 		return

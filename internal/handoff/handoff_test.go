@@ -86,12 +86,7 @@ func newRig(t *testing.T) *rig {
 			}
 		},
 		IdleTimeout: time.Minute,
-		ConnState: func(c net.Conn, s fasthttp.ConnState) {
-			if s == fasthttp.StateClosed {
-				r.h.Closed(c)
-			}
-			r.states <- s
-		},
+		ConnState:   func(_ net.Conn, s fasthttp.ConnState) { r.states <- s },
 	}
 	r.h = New(r.srv, func(net.Conn) { r.ended <- struct{}{} })
 	ln, extra := mocktest.Loopback(t)
@@ -373,14 +368,14 @@ func TestClosedBeforeTheHijack(t *testing.T) {
 	}
 	st := newPieces()
 	c := &Conn{stream: st, handedOff: true}
-	s.Closed(c)
+	s.closed(c)
 	if err := <-st.closed; !errors.Is(err, errNotHandedOff) {
 		t.Errorf("closed with %v", err)
 	}
 	if s.Active() != 0 {
 		t.Errorf("still counted: %d", s.Active())
 	}
-	s.Closed(c) // once only
+	s.closed(c) // once only
 	if s.Active() != 0 {
 		t.Errorf("counted again: %d", s.Active())
 	}

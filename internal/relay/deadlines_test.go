@@ -209,14 +209,7 @@ func TestConnsAbandonUnanswered(t *testing.T) {
 		if !errors.Is(got.err, fasthttp.ErrConnectionClosed) || got.took != time.Second {
 			t.Errorf("unanswered request: %v after %v, want ErrConnectionClosed after 1s", got.err, got.took)
 		}
-		n, buf := 0, make([]byte, 64)
-		for body := stream.BodyStream(); ; {
-			m, err := body.Read(buf)
-			n += m
-			if err != nil {
-				break
-			}
-		}
+		n := bodyBytes(stream)
 		_ = stream.CloseBodyStream()
 		fasthttp.ReleaseResponse(stream)
 		if n != 4*len("chunk\n") {
@@ -251,17 +244,7 @@ func TestConnsAbandonStalled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		read := func(resp *fasthttp.Response, into chan<- int) {
-			n, buf := 0, make([]byte, 64)
-			for body := resp.BodyStream(); ; {
-				m, err := body.Read(buf)
-				n += m
-				if err != nil {
-					break
-				}
-			}
-			into <- n
-		}
+		read := func(resp *fasthttp.Response, into chan<- int) { into <- bodyBytes(resp) }
 		flowed, cut := make(chan int, 1), make(chan int, 1)
 		go read(flowing, flowed)
 		go read(stalled, cut)
@@ -283,4 +266,16 @@ func TestConnsAbandonStalled(t *testing.T) {
 		}
 		time.Sleep(5 * time.Minute) // the abandoned handler finishes (4 chunks, 61 s apart)
 	})
+}
+
+// bodyBytes reads resp's body stream until it ends or fails and returns the bytes read.
+func bodyBytes(resp *fasthttp.Response) int {
+	n, buf := 0, make([]byte, 64)
+	for body := resp.BodyStream(); ; {
+		m, err := body.Read(buf)
+		n += m
+		if err != nil {
+			return n
+		}
+	}
 }
