@@ -30,11 +30,13 @@ var errNoSyscallConn = errors.New("the connection has no socket")
 
 // clientListener wraps accepted connections in *clientConn, inside TLS when tls is set
 // (the handshake runs on the connection's first read, in its serving goroutine), with raw
-// socket reads and writes when raw is set (--raw-socket-io).
+// socket reads and writes when raw is set (--raw-socket-io), its writes bounded by
+// writeStall (--write-timeout; 0: unbounded).
 type clientListener struct {
 	net.Listener
-	tls *tls.Config
-	raw bool
+	tls        *tls.Config
+	raw        bool
+	writeStall time.Duration
 }
 
 func (l clientListener) Accept() (net.Conn, error) {
@@ -46,6 +48,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if l.raw {
 		raw = relay.Raw(c)
 	}
+	raw = relay.BoundWrites(raw, l.writeStall)
 	if l.tls != nil {
 		return &clientConn{Conn: handoff.Conn{Conn: tls.Server(raw, l.tls)}, socket: raw}, nil
 	}

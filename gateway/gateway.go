@@ -434,6 +434,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		Logger:                slogPrinter{g.log},
 	}
 	g.handoff = handoff.New(g.server, func(c net.Conn) { g.connState(c, fasthttp.StateIdle) }) // a stream's deferred work
+	g.handoff.WriteTimeout = 0                                                                 // the connections bound their writes (--write-timeout)
 	g.metrics.set.NewGauge(g.metrics.prefix+mStreamsRelayed, func() float64 { return float64(g.handoff.Streams()) })
 	g.admin = &fasthttp.Server{
 		Handler:               g.handleAdmin,
@@ -524,7 +525,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if !g.listeners.add(ln) {
 		return nil
 	}
-	return g.server.Serve(clientListener{Listener: ln, tls: g.serverTLS, raw: !g.cfg.NoRawSocketIO})
+	return g.server.Serve(clientListener{Listener: ln, tls: g.serverTLS, raw: !g.cfg.NoRawSocketIO, writeStall: g.cfg.ServerLimits.WriteStall()})
 }
 
 // ServeAdmin serves the admin listener on ln until Shutdown (over TLS when configured).
@@ -539,7 +540,7 @@ func (g *Gateway) ServeAdmin(ln net.Listener) error {
 // --raw-socket-io=false: every pylon's heartbeat is a read and a write after an idle
 // spell), inside TLS when configured.
 func (g *Gateway) adminListener(ln net.Listener) net.Listener {
-	ln = relay.Listener(ln, !g.cfg.NoRawSocketIO)
+	ln = relay.Listener(ln, !g.cfg.NoRawSocketIO, g.cfg.ServerLimits.WriteStall())
 	if g.adminTLS != nil {
 		ln = tls.NewListener(ln, g.adminTLS)
 	}

@@ -216,6 +216,7 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.server = p.newServer("switchyard-pylon")
 	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
 	p.handoff = handoff.New(p.server, nil)
+	p.handoff.WriteTimeout = 0 // the connections bound their writes (--write-timeout)
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mStreamsRelayed, func() float64 { return float64(p.handoff.Streams()) })
 	p.admin = &fasthttp.Server{
 		Handler: p.serveAdmin, Name: "switchyard-pylon-admin", NoDefaultServerHeader: true, CloseOnShutdown: true,
@@ -338,14 +339,14 @@ func (p *Pylon) Run(ctx context.Context) error {
 		p.watchEngine(stopWatch)
 	}()
 	serveErr := make(chan error, 1)
-	dataLn := relay.Listener(p.ln, !p.cfg.NoRawSocketIO)
+	dataLn := relay.Listener(p.ln, !p.cfg.NoRawSocketIO, p.cfg.ServerLimits.WriteStall())
 	if p.dataTLS != nil {
 		dataLn = tls.NewListener(dataLn, p.dataTLS)
 	}
 	go func() { serveErr <- p.server.Serve(handoff.Listener(dataLn)) }()
 	adminDone := make(chan struct{})
 	if p.adminLn != nil {
-		aln := relay.Listener(p.adminLn, !p.cfg.NoRawSocketIO)
+		aln := relay.Listener(p.adminLn, !p.cfg.NoRawSocketIO, p.cfg.ServerLimits.WriteStall())
 		if p.serverTLS != nil {
 			aln = tls.NewListener(aln, p.serverTLS)
 		}

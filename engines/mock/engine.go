@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/engines/kvcache"
 	"github.com/switchyard/switchyard/engines/latency"
 	"github.com/switchyard/switchyard/internal/httpserver"
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/tlsx"
 )
 
@@ -188,6 +189,7 @@ func (e *Engine) MaxConcurrency() int {
 // Serve serves HTTP on ln until Close (HTTPS when Config.TLS has a certificate).
 func (e *Engine) Serve(ln net.Listener) error {
 	e.log.Info("engine_serving", "addr", ln.Addr().String(), "engine_model", e.cfg.EngineModel, "models", e.cfg.ModelNames, "tls", e.tls != nil)
+	ln = relay.Listener(ln, false, e.cfg.ServerLimits.WriteStall()) // a pylon that stops reading (--write-timeout)
 	if e.tls != nil {
 		ln = tls.NewListener(ln, e.tls)
 	}

@@ -161,7 +161,8 @@ var nextBufs = sync.Pool{New: func() any {
 
 // Server hands off the streams of one fasthttp server.
 type Server struct {
-	// WriteTimeout bounds each write of a handed-off stream (set before serving).
+	// WriteTimeout bounds each write of a handed-off stream (set before serving). 0 sets
+	// no deadline: for connections that bound their own writes (relay.BoundWrites).
 	WriteTimeout time.Duration
 
 	srv   *fasthttp.Server
@@ -335,10 +336,13 @@ func frameChunk(buf []byte, n int) []byte {
 	return buf[i : end+2]
 }
 
-// write writes b whole within d.
+// write writes b whole within d (0: the connection bounds its own writes, or nothing
+// does).
 func write(c *Conn, b []byte, d time.Duration) error {
-	if err := c.SetWriteDeadline(time.Now().Add(d)); err != nil {
-		return err //nolint:wrapcheck // the connection's own error
+	if d > 0 {
+		if err := c.SetWriteDeadline(time.Now().Add(d)); err != nil {
+			return err //nolint:wrapcheck // the connection's own error
+		}
 	}
 	_, err := c.Write(b)
 	return err //nolint:wrapcheck // the connection's own error, as fasthttp would see it

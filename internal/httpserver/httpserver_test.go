@@ -144,9 +144,20 @@ func TestLimitsFromFlags(t *testing.T) {
 	if l.ReadHeaderTimeout >= 0 || l.MaxConnections >= 0 || l.BodyReadTimeout != 3*time.Second {
 		t.Fatalf("limits from flags: %+v", l)
 	}
-	if err := (&httpserver.Flags{IdleTimeout: -1, MaxConnections: -2}).Validate(); err == nil ||
-		!strings.Contains(err.Error(), "--idle-timeout") || !strings.Contains(err.Error(), "--max-connections") {
+	if err := (&httpserver.Flags{IdleTimeout: -1, MaxConnections: -2, WriteTimeout: -time.Second}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "--idle-timeout") || !strings.Contains(err.Error(), "--max-connections") ||
+		!strings.Contains(err.Error(), "--write-timeout") {
 		t.Errorf("negative flags: %v", err)
+	}
+	// The write timeout the listeners take: the default for zero, off (0) from a zero flag.
+	if got := l.WriteStall(); got != 0 {
+		t.Errorf("--write-timeout 0: WriteStall %v, want 0 (off)", got)
+	}
+	if got := (httpserver.Limits{}).WriteStall(); got != httpserver.DefaultWriteTimeout {
+		t.Errorf("zero Limits: WriteStall %v, want the default %v", got, httpserver.DefaultWriteTimeout)
+	}
+	if got := (&httpserver.Flags{WriteTimeout: 2 * time.Second}).Limits().WriteStall(); got != 2*time.Second {
+		t.Errorf("--write-timeout 2s: WriteStall %v", got)
 	}
 	synctest.Test(t, func(t *testing.T) {
 		ts := newTestServer(t, l, 1<<20)

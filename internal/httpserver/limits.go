@@ -22,6 +22,7 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyReadTimeout   = 60 * time.Second
 	DefaultIdleTimeout       = 90 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
 	DefaultMaxConnections    = 10000
 )
 
@@ -39,6 +40,10 @@ type Limits struct {
 	BodyReadTimeout time.Duration
 	// IdleTimeout bounds the wait for the next request on a keep-alive connection.
 	IdleTimeout time.Duration
+	// WriteTimeout bounds how long a write of a response may wait for the client to take
+	// any byte (relay.BoundWrites): a client that stops reading is treated as gone. A slow
+	// reader is never cut, nor is a long stream.
+	WriteTimeout time.Duration
 	// MaxConnections caps the connections open at once; one more is answered 503 (plain
 	// HTTP) or closed (TLS) at once.
 	MaxConnections int
@@ -55,6 +60,7 @@ type Flags struct {
 	ReadHeaderTimeout time.Duration `name:"read-header-timeout" default:"10s" help:"Longest wait for a new connection's first request and for the headers of any request once its first byte has arrived; past it the connection is closed (0 = no limit)."`
 	BodyReadTimeout   time.Duration `name:"body-read-timeout" default:"60s" help:"Longest time from the end of a request's headers to the end of its body, for the whole body (a slow upload included); past it the connection is closed (0 = no limit)."`
 	IdleTimeout       time.Duration `name:"idle-timeout" default:"90s" help:"Longest wait for the next request on a keep-alive connection; then it is closed (0 = no limit). Responses and streams are never cut by it."`
+	WriteTimeout      time.Duration `name:"write-timeout" default:"30s" help:"Longest a response write may wait for the client to take any byte (a client that stops reading a stream or a large answer); past it the client is treated as gone and the connection is closed. A client that reads, however slowly, and a stream of any length are never cut (0 = no limit)."`
 	MaxConnections    int           `name:"max-connections" default:"10000" help:"Most client connections open at once (on each listener); one more is answered 503 and closed (over TLS: closed) (0 = no limit)."`
 	BodyMemoryBytes   int           `name:"body-memory-bytes" default:"0" help:"Memory that request bodies over 1 MiB may hold at once, for the life of their requests; a request that finds it spent waits up to --body-read-timeout, then gets 503 (0 = twice the largest accepted body)."`
 }
@@ -65,7 +71,7 @@ func (f *Flags) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"read-header-timeout", f.ReadHeaderTimeout}, {"body-read-timeout", f.BodyReadTimeout}, {"idle-timeout", f.IdleTimeout}} {
+	}{{"read-header-timeout", f.ReadHeaderTimeout}, {"body-read-timeout", f.BodyReadTimeout}, {"idle-timeout", f.IdleTimeout}, {"write-timeout", f.WriteTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %v must be >= 0 (0 = no limit)", d.name, d.v))
 		}
@@ -94,7 +100,7 @@ func (f *Flags) Limits() Limits {
 	}
 	return Limits{
 		ReadHeaderTimeout: off(f.ReadHeaderTimeout), BodyReadTimeout: off(f.BodyReadTimeout), IdleTimeout: off(f.IdleTimeout),
-		MaxConnections: maxConns, BodyMemoryBytes: f.BodyMemoryBytes,
+		WriteTimeout: off(f.WriteTimeout), MaxConnections: maxConns, BodyMemoryBytes: f.BodyMemoryBytes,
 	}
 }
 
@@ -109,10 +115,22 @@ func (l Limits) WithDefaults() Limits {
 	if l.IdleTimeout == 0 {
 		l.IdleTimeout = DefaultIdleTimeout
 	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = DefaultWriteTimeout
+	}
 	if l.MaxConnections == 0 {
 		l.MaxConnections = DefaultMaxConnections
 	}
 	return l
+}
+
+// WriteStall is the effective write timeout: the default for zero, 0 when it is off (the
+// argument relay.Listener and relay.BoundWrites take).
+func (l Limits) WriteStall() time.Duration {
+	if l = l.WithDefaults(); l.WriteTimeout < 0 {
+		return 0
+	}
+	return l.WriteTimeout
 }
 
 // Validate rejects a negative body memory budget (the one field without an "off").
@@ -136,5 +154,5 @@ func (l Limits) String() string {
 	if l.MaxConnections > 0 {
 		c = strconv.Itoa(l.MaxConnections)
 	}
-	return fmt.Sprintf("read_header=%s body_read=%s idle=%s max_connections=%s", d(l.ReadHeaderTimeout), d(l.BodyReadTimeout), d(l.IdleTimeout), c)
+	return fmt.Sprintf("read_header=%s body_read=%s idle=%s write=%s max_connections=%s", d(l.ReadHeaderTimeout), d(l.BodyReadTimeout), d(l.IdleTimeout), d(l.WriteTimeout), c)
 }

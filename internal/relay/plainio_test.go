@@ -94,13 +94,17 @@ func TestConnsPlainIOKeepsTheWatchdog(t *testing.T) {
 	}
 }
 
-// Listener wraps accepted connections for raw I/O only when asked.
+// Listener wraps accepted connections for raw I/O only when asked, and bounds their writes
+// when asked.
 func TestListenerRawOnlyWhenAsked(t *testing.T) {
 	ln, _ := mocktest.Loopback(t)
-	if got := Listener(ln, false); got != ln {
-		t.Errorf("Listener(ln, false) = %T, want ln itself", got)
+	if got := Listener(ln, false, 0); got != ln {
+		t.Errorf("Listener(ln, false, 0) = %T, want ln itself", got)
 	}
-	if _, ok := Listener(ln, true).(RawListener); !ok {
-		t.Error("Listener(ln, true) is not a RawListener")
+	if l, ok := Listener(ln, true, 0).(RawListener); !ok || l.Plain {
+		t.Errorf("Listener(ln, true, 0) = %#v, want a raw RawListener", l)
+	}
+	if l, ok := Listener(ln, false, time.Second).(RawListener); !ok || !l.Plain || l.WriteStall != time.Second {
+		t.Errorf("Listener(ln, false, 1s) = %#v, want a plain RawListener bounding writes", l)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -29,6 +30,13 @@ type rawOp struct {
 	n       int
 	errno   syscall.Errno
 	stalled bool
+	// A write's stall bound (SetWriteStall): while bound is set, each wait for the socket
+	// after progress (or at the start) arms the connection's write deadline bound ahead;
+	// armedAt is the progress it was armed at.
+	bound   time.Duration
+	conn    net.Conn
+	armed   bool
+	armedAt int
 }
 
 // Raw returns nc with raw reads and writes, or nc itself when it exposes no socket.
@@ -52,6 +60,15 @@ func socketOf(nc net.Conn) (syscall.RawConn, bool) {
 	return rc, err == nil
 }
 
+// SetWriteStall bounds how long a write may wait for the peer to take any byte: each time
+// a write finds the socket's send buffer full it arms the write deadline d ahead (again
+// after every bit of progress), and a write that completes clears it. A peer that stops
+// reading fails the write with a timeout within d; one that reads slowly never does. It
+// costs nothing while writes do not wait. Set it before the connection is used; 0 turns it
+// off. The connection then owns its write deadline: one set with SetWriteDeadline is
+// cleared by the next write that waits.
+func (r *RawConn) SetWriteStall(d time.Duration) { r.wr.bound, r.wr.conn = d, r.Conn }
+
 // SyscallConn exposes the socket.
 func (r *RawConn) SyscallConn() (syscall.RawConn, error) { return r.rc, nil }
 
@@ -73,6 +90,10 @@ func (o *rawOp) run(fd uintptr) bool {
 			}
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			if o.bound > 0 && (!o.armed || o.n > o.armedAt) {
+				o.armed, o.armedAt = true, o.n
+				_ = o.conn.SetWriteDeadline(time.Now().Add(o.bound))
+			}
 			return false
 		default:
 			o.errno = e
@@ -110,6 +131,10 @@ func (r *RawConn) call(write bool, b []byte) (int, error) {
 	}
 	n, errno, stalled := o.n, o.errno, o.stalled
 	o.buf = nil
+	if o.armed {
+		o.armed = false
+		_ = r.SetWriteDeadline(time.Time{})
+	}
 	mu.Unlock()
 	switch {
 	case err != nil:
