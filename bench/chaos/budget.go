@@ -65,6 +65,19 @@ const (
 	// MaxJunkRSSGrowth bounds the gateway's RSS growth over the junk registrations.
 	MaxJunkRSSGrowth = 64 << 20
 
+	// StalledWriteTimeout is the write timeout the suite gives the gateway when its --help
+	// lists --write-timeout (the stalled-readers scenario).
+	StalledWriteTimeout = 2 * time.Second
+	// StalledWait is how long after its stalled clients sent their requests the gateway may
+	// take to end every one of their streams: the socket buffers between the two fill at
+	// the stream's pace first, then the write timeout runs. Without the flag a gateway
+	// would have to give up on them by itself within it.
+	StalledWait = 30 * time.Second
+	// StalledTokens is the length of a stalled client's stream (100 s at the fleet's 5 ms
+	// per token, about 3 MB of events): far longer, and far larger than the socket
+	// buffers, than StalledWait.
+	StalledTokens = 20000
+
 	// CancelledStatus is the status label the gateway's requests_total must count each
 	// stream the client cancelled mid-way under.
 	CancelledStatus = "499"

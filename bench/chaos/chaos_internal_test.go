@@ -428,11 +428,12 @@ func TestParseVMRSS(t *testing.T) {
 
 func TestParseFeatures(t *testing.T) {
 	none := ParseFeatures("      --drain-timeout=30s   On SIGTERM ...\n --enable-pprof", "--log-level")
-	if none.ReadHeaderTimeoutFlag != "" || none.ReadHeaderTimeoutArg(2*time.Second) != "" || !none.GatewayPprof || none.EngineTestControl {
+	if none.ReadHeaderTimeoutFlag != "" || none.ReadHeaderTimeoutArg(2*time.Second) != "" || !none.GatewayPprof || none.EngineTestControl ||
+		none.GatewayWriteTimeout {
 		t.Fatalf("features %+v", none)
 	}
-	d := ParseFeatures("      --read-header-timeout=10s   Longest wait for headers", "--enable-test-control")
-	if got := d.ReadHeaderTimeoutArg(2 * time.Second); got != "--read-header-timeout=2s" || !d.EngineTestControl {
+	d := ParseFeatures("      --read-header-timeout=10s   Longest wait for headers\n      --write-timeout=30s   Longest a response write", "--enable-test-control")
+	if got := d.ReadHeaderTimeoutArg(2 * time.Second); got != "--read-header-timeout=2s" || !d.EngineTestControl || !d.GatewayWriteTimeout {
 		t.Fatalf("duration flag: %q %+v", got, d)
 	}
 	m := ParseFeatures("      --read-header-timeout-ms=10000", "")

@@ -63,6 +63,8 @@ type Features struct {
 	// GatewayPprof says the gateway has --enable-pprof (the soak forces a collection
 	// through it before reading the heap).
 	GatewayPprof bool
+	// GatewayWriteTimeout says the gateway has --write-timeout.
+	GatewayWriteTimeout bool
 }
 
 var readHeaderFlag = regexp.MustCompile(`--read-header-timeout(-ms)?\b`)
@@ -76,6 +78,7 @@ func ParseFeatures(gatewayHelp, engineHelp string) Features {
 	}
 	f.EngineTestControl = strings.Contains(engineHelp, "--enable-test-control")
 	f.GatewayPprof = strings.Contains(gatewayHelp, "--enable-pprof")
+	f.GatewayWriteTimeout = strings.Contains(gatewayHelp, "--write-timeout")
 	return f
 }
 

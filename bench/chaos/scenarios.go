@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ var suite = []scenario{
 	{name: "oversized-bodies", about: "concurrent huge chunked bodies to the gateway, a pylon and an engine; 413 with bounded memory", run: runOversized},
 	{name: "registration-junk", short: true, about: "invalid registrations on the admin listener; all refused, no state kept", run: runJunk},
 	{name: "client-cancel", short: true, about: "clients cancel streams mid-way; the gateway counts them under status 499", run: runClientCancel},
+	{name: "stalled-readers", gatewayArgs: stalledArgs, about: "clients open long streams and stop reading; the write timeout must end each (499) while other requests go on", run: runStalledReaders},
 	{name: "dying-streams-pylon", short: true, about: "kill -9 the pylon under open streams; each must end with an SSE error event", run: dyingStreams(false)},
 	{name: "dying-streams-engine", about: "kill -9 the engine under open streams; each must end with an SSE error event", run: dyingStreams(true)},
 	{name: "pylon-rejoin", short: true, about: "a killed pylon restarts; it must take its share of serial requests quickly", run: runPylonRejoin},
@@ -371,6 +373,67 @@ func runClientCancel(ctx context.Context, e *env, f *Fleet, c *Client) (r Scenar
 		fmt.Sprintf("%d streams cancelled by the client after their first event (of %d opened)", cancelled, len(streams)),
 		fmt.Sprintf("gateway: requests_total{status=\"499\"} +%.0f, client_cancelled_total +%.0f, inflight_requests %.0f afterwards", got, cc, inflight))
 	r.Checks = []Check{EqualCheck("cancelled streams counted under status 499", int(got), cancelled)}
+	return r
+}
+
+// stalledArgs gives the gateway the suite's write timeout when it has the flag.
+func stalledArgs(e *env) []string {
+	if e.features.GatewayWriteTimeout {
+		return []string{"--write-timeout=" + StalledWriteTimeout.String()}
+	}
+	return nil
+}
+
+// runStalledReaders opens long streams on connections that send their request and then
+// read nothing, under the usual load: each must be ended by the gateway (its write to
+// the client waited past the write timeout once the socket buffers were full) and
+// counted 499, within StalledWait.
+func runStalledReaders(ctx context.Context, e *env, f *Fleet, c *Client) (r ScenarioResult) {
+	load := StartLoad(ctx, c, 2, e.sz.pause, HangBound, MixedRequest)
+	defer func() { r.Load = Summarize(load.Stop(), time.Time{}) }()
+	if a := stalledArgs(e); a != nil {
+		r.Measured = append(r.Measured, "gateway started with "+a[0])
+	} else {
+		r.Measured = append(r.Measured, "the gateway has no --write-timeout flag: waited "+StalledWait.String()+" for it to give up by itself")
+	}
+	status499 := map[string]string{"status": CancelledStatus}
+	base := gatewayMetric(ctx, f, metricPrefix+"requests_total", status499)
+	body := Request{Stream: true, PromptBytes: 64}.Body()
+	// Loopback's 64 KiB segments let the gateway's send buffer grow to megabytes, which a
+	// 5 ms-per-token stream takes minutes to fill. The clients announce an Ethernet-sized
+	// segment and a small receive buffer, as a client across a network would: the buffers
+	// between the two then hold a few hundred kilobytes.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) {
+			_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, 1460)
+			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		})
+	}}
+	opened := 0
+	for range e.sz.cancels {
+		conn, err := d.DialContext(ctx, "tcp", f.GatewayAddr)
+		if err != nil {
+			continue
+		}
+		defer func() { _ = conn.Close() }()
+		if _, err := fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"+
+			"X-Output-Tokens: %d\r\nContent-Length: %d\r\n\r\n%s", StalledTokens, len(body), body); err == nil {
+			opened++
+		}
+	}
+	start := time.Now()
+	var got float64
+	for {
+		got = gatewayMetric(ctx, f, metricPrefix+"requests_total", status499) - base
+		if int(got) >= opened || time.Since(start) > StalledWait || fleet.Sleep(ctx, 100*time.Millisecond) != nil {
+			break
+		}
+	}
+	took := time.Since(start)
+	r.Measured = append(r.Measured,
+		fmt.Sprintf("%d of %d clients sent a stream request of %d tokens and read nothing", opened, e.sz.cancels, StalledTokens),
+		fmt.Sprintf("gateway: requests_total{status=\"499\"} +%.0f after %s", got, took.Round(100*time.Millisecond)))
+	r.Checks = []Check{EqualCheck("stalled streams ended by the gateway and counted under status 499", int(got), e.sz.cancels)}
 	return r
 }
 
