@@ -410,12 +410,18 @@ func runStalledReaders(ctx context.Context, e *env, f *Fleet, c *Client) (r Scen
 		})
 	}}
 	opened := 0
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
 	for range e.sz.cancels {
 		conn, err := d.DialContext(ctx, "tcp", f.GatewayAddr)
 		if err != nil {
 			continue
 		}
-		defer func() { _ = conn.Close() }()
+		conns = append(conns, conn)
 		if _, err := fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"+
 			"X-Output-Tokens: %d\r\nContent-Length: %d\r\n\r\n%s", StalledTokens, len(body), body); err == nil {
 			opened++
