@@ -19,8 +19,14 @@ type RawConn struct {
 	rd       rawOp
 	writeMu  sync.Mutex // one Write at a time owns wr
 	wr       rawOp
-	readStep func(fd uintptr) bool // rd.run and wr.run bound once, so a call allocates nothing
+	readStep func(fd uintptr) bool // rd.run and writeStep bound once, so a call allocates nothing
 	wrStep   func(fd uintptr) bool
+	// The write stall bound (SetWriteStall): while set, each wait for the socket after
+	// progress (or at the start of a write) arms the write deadline that far ahead;
+	// armedAt is the progress it was armed at. Guarded by writeMu.
+	writeStall time.Duration
+	armedAt    int
+	armed      bool
 }
 
 // rawOp is one direction's call in progress: the syscall, its buffer and its outcome.
@@ -30,13 +36,6 @@ type rawOp struct {
 	n       int
 	errno   syscall.Errno
 	stalled bool
-	// A write's stall bound (SetWriteStall): while bound is set, each wait for the socket
-	// after progress (or at the start) arms the connection's write deadline bound ahead;
-	// armedAt is the progress it was armed at.
-	bound   time.Duration
-	conn    net.Conn
-	armed   bool
-	armedAt int
 }
 
 // Raw returns nc with raw reads and writes, or nc itself when it exposes no socket.
@@ -46,7 +45,7 @@ func Raw(nc net.Conn) net.Conn {
 		return nc
 	}
 	c := &RawConn{Conn: nc, rc: rc, rd: rawOp{trap: syscall.SYS_READ}, wr: rawOp{trap: syscall.SYS_WRITE}}
-	c.readStep, c.wrStep = c.rd.run, c.wr.run
+	c.readStep, c.wrStep = c.rd.run, c.writeStep
 	return c
 }
 
@@ -67,7 +66,20 @@ func socketOf(nc net.Conn) (syscall.RawConn, bool) {
 // costs nothing while writes do not wait. Set it before the connection is used; 0 turns it
 // off. The connection then owns its write deadline: one set with SetWriteDeadline is
 // cleared by the next write that waits.
-func (r *RawConn) SetWriteStall(d time.Duration) { r.wr.bound, r.wr.conn = d, r.Conn }
+func (r *RawConn) SetWriteStall(d time.Duration) { r.writeStall = d }
+
+// writeStep is wr.run, arming the write deadline (SetWriteStall) when the write has to
+// wait for the socket.
+func (r *RawConn) writeStep(fd uintptr) bool {
+	if r.wr.run(fd) {
+		return true
+	}
+	if r.writeStall > 0 && (!r.armed || r.wr.n > r.armedAt) {
+		r.armed, r.armedAt = true, r.wr.n
+		_ = r.SetWriteDeadline(time.Now().Add(r.writeStall))
+	}
+	return false
+}
 
 // SyscallConn exposes the socket.
 func (r *RawConn) SyscallConn() (syscall.RawConn, error) { return r.rc, nil }
@@ -90,10 +102,6 @@ func (o *rawOp) run(fd uintptr) bool {
 			}
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			if o.bound > 0 && (!o.armed || o.n > o.armedAt) {
-				o.armed, o.armedAt = true, o.n
-				_ = o.conn.SetWriteDeadline(time.Now().Add(o.bound))
-			}
 			return false
 		default:
 			o.errno = e
@@ -131,8 +139,8 @@ func (r *RawConn) call(write bool, b []byte) (int, error) {
 	}
 	n, errno, stalled := o.n, o.errno, o.stalled
 	o.buf = nil
-	if o.armed {
-		o.armed = false
+	if write && r.armed {
+		r.armed = false
 		_ = r.SetWriteDeadline(time.Time{})
 	}
 	mu.Unlock()
