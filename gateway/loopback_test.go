@@ -127,7 +127,11 @@ func (l *loopback) request(method, path string, body []byte) (int, string) {
 	if adminPath(path) {
 		addr, c = l.admin, l.adminC
 	}
-	req.SetRequestURI("http://" + addr + path)
+	scheme := "http://"
+	if c.IsTLS {
+		scheme = "https://"
+	}
+	req.SetRequestURI(scheme + addr + path)
 	req.SetBody(body)
 	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
 		l.t.Fatalf("%s %s: %v", method, path, err)
