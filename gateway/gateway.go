@@ -434,7 +434,6 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		Logger:                slogPrinter{g.log},
 	}
 	g.handoff = handoff.New(g.server, func(c net.Conn) { g.connState(c, fasthttp.StateIdle) }) // a stream's deferred work
-	g.handoff.WriteTimeout = 0                                                                 // the connections bound their writes (--write-timeout)
 	g.metrics.set.NewGauge(g.metrics.prefix+mStreamsRelayed, func() float64 { return float64(g.handoff.Streams()) })
 	g.admin = &fasthttp.Server{
 		Handler:               g.handleAdmin,

@@ -216,7 +216,6 @@ func New(cfg Config, deps Deps) (*Pylon, error) {
 	p.server = p.newServer("switchyard-pylon")
 	p.server.CloseOnShutdown, p.server.ConnState = true, p.clients.state
 	p.handoff = handoff.New(p.server, nil)
-	p.handoff.WriteTimeout = 0 // the connections bound their writes (--write-timeout)
 	p.metrics.set.GetOrCreateGauge(cfg.MetricsPrefix+mStreamsRelayed, func() float64 { return float64(p.handoff.Streams()) })
 	p.admin = &fasthttp.Server{
 		Handler: p.serveAdmin, Name: "switchyard-pylon-admin", NoDefaultServerHeader: true, CloseOnShutdown: true,

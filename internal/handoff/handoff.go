@@ -138,11 +138,6 @@ const streamChunk = 1 << 10
 // chunkRoom is the room before a piece for its chunk-size line ("400\r\n" at most).
 const chunkRoom = 5
 
-// DefaultWriteTimeout bounds one write of a handed-off stream (Server.WriteTimeout): a
-// client that takes no byte of an event for this long is treated as gone (its stream is
-// closed with the error).
-const DefaultWriteTimeout = 30 * time.Second
-
 // lastChunk ends a chunked body (no trailers).
 var lastChunk = []byte("0\r\n\r\n")
 
@@ -161,8 +156,10 @@ var nextBufs = sync.Pool{New: func() any {
 
 // Server hands off the streams of one fasthttp server.
 type Server struct {
-	// WriteTimeout bounds each write of a handed-off stream (set before serving). 0 sets
-	// no deadline: for connections that bound their own writes (relay.BoundWrites).
+	// WriteTimeout, when set (before serving), bounds each write of a handed-off stream:
+	// a client that takes no byte of it for this long is treated as gone. 0 (the default)
+	// sets no deadline: the connections bound their own writes (relay.BoundWrites, the
+	// servers' --write-timeout).
 	WriteTimeout time.Duration
 
 	srv   *fasthttp.Server
@@ -183,7 +180,7 @@ type Server struct {
 // has ended (as fasthttp reports StateIdle after an answer).
 func New(srv *fasthttp.Server, ended func(net.Conn)) *Server {
 	srv.KeepHijackedConns = true
-	s := &Server{WriteTimeout: DefaultWriteTimeout, srv: srv, ended: ended}
+	s := &Server{srv: srv, ended: ended}
 	s.relay = s.hijacked
 	next := srv.ConnState
 	srv.ConnState = func(c net.Conn, st fasthttp.ConnState) {
