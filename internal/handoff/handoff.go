@@ -6,7 +6,8 @@
 // buffer held until the stream ends. A stream may stay open for minutes, so all of that
 // was memory per open stream. A Server instead hijacks the connection (fasthttp writes
 // nothing itself) and relays the stream on a goroutine of its own, whose stack holds only
-// the relay loop, through one 1 KiB chunk buffer; fasthttp gets its serving goroutine,
+// the relay loop, through a 1 KiB chunk buffer taken only while a piece is written (it
+// waits for the next piece reading one byte); fasthttp gets its serving goroutine,
 // context and read buffer back at once. The answer on the wire is the one fasthttp would
 // have written: the same header block, then the body chunked.
 //
@@ -61,6 +62,7 @@ type Conn struct {
 	pending    []byte  // bytes of the next request read while handed off
 	pendingBuf *[]byte // pending's buffer, back to nextBufs once read
 	handedOff  bool    // a stream is to be handed off: the hijack has not run yet
+	next       [1]byte // the first byte of a stream's next piece (relayChunked)
 }
 
 // Read reads what a hand-off read ahead first, then the connection.
@@ -293,16 +295,18 @@ func forgetHeader(h *fasthttp.ResponseHeader) {
 // relayChunked writes st's pieces to c as chunks, then the last chunk. st is closed with
 // the error that ended it (nil when it ended normally), as fasthttp closes a body stream:
 // before the last chunk is written, as fasthttp does.
+//
+// A stream spends most of its life waiting for its next piece, so it waits reading one
+// byte into the connection's own next: no chunk buffer is held while it waits. Once that
+// byte has come, relayPiece takes a pooled one for the rest of the piece.
 func relayChunked(c *Conn, st Stream, d time.Duration) error {
-	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
-	defer chunkBufs.Put(bp)
-	buf := *bp
 	for {
-		n, rerr := st.Read(buf[chunkRoom : chunkRoom+streamChunk])
+		n, rerr := st.Read(c.next[:])
 		if n > 0 {
-			if err := write(c, frameChunk(buf, n), d); err != nil {
-				_ = st.CloseWithError(err)
-				return err
+			var werr error
+			if rerr, werr = relayPiece(c, st, rerr, d); werr != nil {
+				_ = st.CloseWithError(werr)
+				return werr
 			}
 		}
 		switch {
@@ -314,6 +318,27 @@ func relayChunked(c *Conn, st Stream, d time.Duration) error {
 			return rerr
 		}
 	}
+}
+
+// relayPiece writes the byte just read into c.next (rerr is that read's error) and the
+// rest of its piece as one chunk: one more read of st takes what the stream has of the
+// piece (an upstream body stream returns at most the rest of its chunk). That read is not
+// made when the stream has ended or when the byte ends a line: the byte may have been all
+// of its piece, and the read would then wait for the next piece. Waiting is harmless for
+// a byte within a line, which is of no use to an event-stream client before its line
+// ends. It returns the error of the last read and that of the write.
+func relayPiece(c *Conn, st Stream, rerr error, d time.Duration) (readErr, writeErr error) {
+	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
+	defer chunkBufs.Put(bp)
+	buf := *bp
+	buf[chunkRoom] = c.next[0]
+	n := 1
+	if rerr == nil && c.next[0] != '\n' && c.next[0] != '\r' {
+		var m int
+		m, rerr = st.Read(buf[chunkRoom+1 : chunkRoom+streamChunk])
+		n += m
+	}
+	return rerr, write(c, frameChunk(buf, n), d)
 }
 
 // frameChunk frames the n bytes at buf[chunkRoom:] as one chunk in place and returns it.

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { mocktest.Main(m) }
 type pieces struct {
 	ch     chan string
 	rest   string
+	waits  []int      // the size of each read that waited for a next piece
 	closed chan error // receives CloseWithError's argument
 }
 
@@ -40,6 +41,7 @@ func newPieces(p ...string) *pieces {
 
 func (s *pieces) Read(p []byte) (int, error) {
 	if s.rest == "" {
+		s.waits = append(s.waits, len(p))
 		x, ok := <-s.ch
 		if !ok {
 			return 0, io.EOF
@@ -183,6 +185,62 @@ func openSlow(t *testing.T, r *rig, setup func(net.Conn)) (*pieces, net.Conn, *b
 		t.Fatalf("answer: %d", status)
 	}
 	return p, c, br
+}
+
+// readChunk reads one chunk of a chunked body: its data.
+func readChunk(t *testing.T, br *bufio.Reader) string {
+	t.Helper()
+	line, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading a chunk's size: %v", err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, "%x\r\n", &n); err != nil {
+		t.Fatalf("chunk size line %q: %v", line, err)
+	}
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(br, b); err != nil {
+		t.Fatalf("reading a chunk of %d bytes: %v", n, err)
+	}
+	if string(b[n:]) != "\r\n" {
+		t.Fatalf("chunk of %d bytes ends with %q", n, b[n:])
+	}
+	return string(b[:n])
+}
+
+// A handed-off stream waits for each next piece reading one byte (it holds no chunk
+// buffer while it waits), yet each piece goes out as one chunk; a piece that is a lone
+// line end goes out at once, not with the piece after it.
+func TestHandedOffStreamWaitsOnOneByte(t *testing.T) {
+	r := newRig(t)
+	p, c, br := openSlow(t, r, nil)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a chunk held back fails, not hangs
+	if got := readChunk(t, br); got != "data: 1\n\n" {
+		t.Fatalf("first chunk %q", got)
+	}
+	p.ch <- "data: 2\n"
+	if got := readChunk(t, br); got != "data: 2\n" {
+		t.Fatalf("second chunk %q", got)
+	}
+	p.ch <- "\n"
+	if got := readChunk(t, br); got != "\n" {
+		t.Fatalf("third chunk %q, want the lone line end", got)
+	}
+	close(p.ch)
+	if got := readChunk(t, br); got != "" {
+		t.Fatalf("last chunk %q, want the empty one", got)
+	}
+	if err := <-p.closed; err != nil {
+		t.Errorf("stream closed with %v", err)
+	}
+	if len(p.waits) != 4 {
+		t.Errorf("%d reads waited for a piece, want 4 (3 pieces, then the end): %v", len(p.waits), p.waits)
+	}
+	for i, n := range p.waits {
+		if n != 1 {
+			t.Errorf("wait %d read into %d bytes, want 1", i, n)
+		}
+	}
 }
 
 // A handed-off stream is written chunked with the handler's header, pieces larger than a
