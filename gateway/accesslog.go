@@ -83,7 +83,10 @@ type accessRecord struct {
 // startAccess begins the record of a routed request (after begin). rt's strings are not
 // kept: the target's own are.
 func (a *afterResponse) startAccess(ctx *fasthttp.RequestCtx, sampled bool, arrival time.Time, rt *routing, algorithm string) {
-	r := &a.access
+	if a.access == nil {
+		a.access = new(accessRecord) // once per connection, kept for its next requests
+	}
+	r := a.access
 	r.sampled, r.arrival, r.algorithm = sampled, arrival, algorithm
 	r.requestID = append(r.requestID[:0], ctx.Request.Header.PeekBytes(hdrRequestID)...)
 	r.model, r.routingKey = a.ts.t.Model, a.ts.t.RoutingKey
@@ -115,7 +118,7 @@ func (a *afterResponse) accessEnd(g *Gateway, ctx *fasthttp.RequestCtx, status i
 	if a.pending&afterAccess == 0 {
 		return
 	}
-	r := &a.access
+	r := a.access
 	if r.status = status; status == 0 {
 		r.status = ctx.Response.StatusCode()
 	}
@@ -143,7 +146,7 @@ func upstreamErrorCode(body []byte) string {
 // runAccess writes the record when it is to be written.
 func (a *afterResponse) runAccess(g *Gateway) {
 	a.pending &^= afterAccess
-	r := &a.access
+	r := a.access
 	if !g.access.logs(r.sampled, r.status) {
 		return
 	}

@@ -104,8 +104,9 @@ type afterResponse struct {
 	// request
 	backend string
 	reqCode int
-	// the access log's record (accesslog.go)
-	access accessRecord
+	// the access log's record (accesslog.go), made by the connection's first logged
+	// request: with the log off, a connection does not carry it
+	access *accessRecord
 }
 
 // The parts of afterResponse.pending.

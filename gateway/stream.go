@@ -61,7 +61,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st
 	if st.deferred {
 		s.after = st.after
 		if st.after.pending&afterAccess != 0 {
-			s.access = &st.after.access
+			s.access = st.after.access
 		}
 	}
 	if st.trace != nil {
