@@ -6,8 +6,8 @@
 // buffer held until the stream ends. A stream may stay open for minutes, so all of that
 // was memory per open stream. A Server instead hijacks the connection (fasthttp writes
 // nothing itself) and relays the stream on a goroutine of its own, whose stack holds only
-// the relay loop, through a 1 KiB chunk buffer taken only while a piece is written (it
-// waits for the next piece reading one byte); fasthttp gets its serving goroutine,
+// the relay loop, through a 1 KiB chunk buffer (an event stream takes it only while a
+// piece is written: it waits for its next event reading one byte); fasthttp gets its serving goroutine,
 // context and read buffer back at once. The answer on the wire is the one fasthttp would
 // have written: the same header block, then the body chunked.
 //
@@ -27,6 +27,7 @@
 package handoff
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -139,6 +140,9 @@ const streamChunk = 1 << 10
 
 // chunkRoom is the room before a piece for its chunk-size line ("400\r\n" at most).
 const chunkRoom = 5
+
+// eventStreamType is the content type of an event stream (SSE).
+var eventStreamType = []byte("text/event-stream")
 
 // lastChunk ends a chunked body (no trailers).
 var lastChunk = []byte("0\r\n\r\n")
@@ -261,12 +265,13 @@ func (s *Server) serve(c *Conn) {
 	h := &c.Upstream.Header
 	h.SetContentLength(-1) // chunked, as fasthttp writes a body stream of unknown length
 	keep := !h.ConnectionClose()
+	events := bytes.HasPrefix(h.ContentType(), eventStreamType)
 	err := write(c, h.Header(), s.WriteTimeout)
 	forgetHeader(h)
 	st := c.stream
 	c.stream = nil
 	if err == nil {
-		err = relayChunked(c, st, s.WriteTimeout)
+		err = relayChunked(c, st, events, s.WriteTimeout)
 	} else {
 		_ = st.CloseWithError(err)
 	}
@@ -296,18 +301,24 @@ func forgetHeader(h *fasthttp.ResponseHeader) {
 // the error that ended it (nil when it ended normally), as fasthttp closes a body stream:
 // before the last chunk is written, as fasthttp does.
 //
-// A stream spends most of its life waiting for its next piece, so it waits reading one
-// byte into the connection's own next: no chunk buffer is held while it waits. Once that
-// byte has come, relayPiece takes a pooled one for the rest of the piece.
-func relayChunked(c *Conn, st Stream, d time.Duration) error {
+// An event stream (events) spends most of its life waiting for its next event, so it
+// waits reading one byte into the connection's own next: no chunk buffer is held while it
+// waits. Once that byte has come, relayPiece takes a pooled one for the rest of the
+// piece. Any other body is read straight into the pooled buffer (relayRead).
+func relayChunked(c *Conn, st Stream, events bool, d time.Duration) error {
 	for {
-		n, rerr := st.Read(c.next[:])
-		if n > 0 {
-			var werr error
-			if rerr, werr = relayPiece(c, st, rerr, d); werr != nil {
-				_ = st.CloseWithError(werr)
-				return werr
+		var rerr, werr error
+		if events {
+			var n int
+			if n, rerr = st.Read(c.next[:]); n > 0 {
+				rerr, werr = relayPiece(c, st, c.next[0], rerr, d)
 			}
+		} else {
+			rerr, werr = relayRead(c, st, d)
+		}
+		if werr != nil {
+			_ = st.CloseWithError(werr)
+			return werr
 		}
 		switch {
 		case errors.Is(rerr, io.EOF):
@@ -320,23 +331,37 @@ func relayChunked(c *Conn, st Stream, d time.Duration) error {
 	}
 }
 
-// relayPiece writes the byte just read into c.next (rerr is that read's error) and the
-// rest of its piece as one chunk: one more read of st takes what the stream has of the
-// piece (an upstream body stream returns at most the rest of its chunk). That read is not
-// made when the stream has ended or when the byte ends a line: the byte may have been all
-// of its piece, and the read would then wait for the next piece. Waiting is harmless for
-// a byte within a line, which is of no use to an event-stream client before its line
-// ends. It returns the error of the last read and that of the write.
-func relayPiece(c *Conn, st Stream, rerr error, d time.Duration) (readErr, writeErr error) {
+// relayPiece writes first, the byte of an event stream just read (rerr is that read's
+// error), and the rest of its piece as one chunk: one more read of st takes what the
+// stream has of the piece (an upstream body stream returns at most the rest of its
+// chunk). That read is not made when the stream has ended or when the byte ends a line:
+// the byte may have been all of its piece, and the read would then wait for the next
+// piece. Waiting is harmless for a byte within a line, which is of no use to an
+// event-stream client before its line ends. It returns the error of the last read and
+// that of the write.
+func relayPiece(c *Conn, st Stream, first byte, rerr error, d time.Duration) (readErr, writeErr error) {
 	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
 	defer chunkBufs.Put(bp)
 	buf := *bp
-	buf[chunkRoom] = c.next[0]
+	buf[chunkRoom] = first
 	n := 1
-	if rerr == nil && c.next[0] != '\n' && c.next[0] != '\r' {
+	if rerr == nil && first != '\n' && first != '\r' {
 		var m int
 		m, rerr = st.Read(buf[chunkRoom+1 : chunkRoom+streamChunk])
 		n += m
+	}
+	return rerr, write(c, frameChunk(buf, n), d)
+}
+
+// relayRead reads st once into a pooled buffer and writes what it got as one chunk. It
+// returns the read's error and the write's.
+func relayRead(c *Conn, st Stream, d time.Duration) (readErr, writeErr error) {
+	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
+	defer chunkBufs.Put(bp)
+	buf := *bp
+	n, rerr := st.Read(buf[chunkRoom : chunkRoom+streamChunk])
+	if n == 0 {
+		return rerr, nil
 	}
 	return rerr, write(c, frameChunk(buf, n), d)
 }

@@ -78,6 +78,9 @@ func newRig(t *testing.T) *rig {
 			resp.Reset()
 			resp.SetStatusCode(fasthttp.StatusOK)
 			resp.Header.SetContentType("text/event-stream")
+			if strings.HasPrefix(string(ctx.Path()), "/json") {
+				resp.Header.SetContentType("application/json")
+			}
 			resp.Header.Set("X-Path", string(ctx.Path()))
 			r.mu.Lock()
 			st := r.next()
@@ -240,6 +243,37 @@ func TestHandedOffStreamWaitsOnOneByte(t *testing.T) {
 		if n != 1 {
 			t.Errorf("wait %d read into %d bytes, want 1", i, n)
 		}
+	}
+}
+
+// A streamed body that is not an event stream is relayed read by read: a piece of one
+// byte goes out at once, not with the piece after it.
+func TestHandedOffOtherBodyRelaysEachRead(t *testing.T) {
+	r := newRig(t)
+	p := &pieces{ch: make(chan string), closed: make(chan error, 1)}
+	r.serve(func() Stream { return p })
+	c, br := r.dial(t)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a chunk held back fails, not hangs
+	if _, err := c.Write([]byte(request("/json"))); err != nil {
+		t.Fatal(err)
+	}
+	p.ch <- "{"
+	if status := readHead(t, br); status != 200 {
+		t.Fatalf("answer: %d", status)
+	}
+	if got := readChunk(t, br); got != "{" {
+		t.Fatalf("first chunk %q", got)
+	}
+	p.ch <- "}"
+	close(p.ch)
+	if got := readChunk(t, br); got != "}" {
+		t.Fatalf("second chunk %q", got)
+	}
+	if got := readChunk(t, br); got != "" {
+		t.Fatalf("last chunk %q, want the empty one", got)
+	}
+	if err := <-p.closed; err != nil {
+		t.Errorf("stream closed with %v", err)
 	}
 }
 
