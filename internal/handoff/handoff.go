@@ -7,9 +7,9 @@
 // was memory per open stream. A Server instead hijacks the connection (fasthttp writes
 // nothing itself) and relays the stream on a goroutine of its own, whose stack holds only
 // the relay loop, through a 1 KiB chunk buffer (an event stream takes it only while a
-// piece is written: it waits for its next event reading one byte); fasthttp gets its serving goroutine,
-// context and read buffer back at once. The answer on the wire is the one fasthttp would
-// have written: the same header block, then the body chunked.
+// piece is written: it waits for its next event reading one byte); fasthttp gets its
+// serving goroutine, context and read buffer back at once. The answer on the wire is the
+// one fasthttp would have written: the same header block, then the body chunked.
 //
 // The upstream answer must have been read into the connection's own response (Response),
 // not the request context's: the upstream body stream refers to the response it was read
