@@ -4,10 +4,13 @@ package rawhttp
 
 import (
 	"bufio"
+	"errors"
+	"io"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -34,6 +37,21 @@ func Send(tb testing.TB, dial func() (net.Conn, error), req string) *fasthttp.Re
 		tb.Fatalf("reading the answer to %.60q: %v", req, err)
 	}
 	return resp
+}
+
+// ExpectClosed reads conn until the server closes it: it fails when server (named in the
+// message) keeps the connection open for 20 s, or closes it having sent nothing at all.
+func ExpectClosed(tb testing.TB, conn net.Conn, server string) {
+	tb.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		tb.Fatalf("the %s kept the connection open after giving up on it (read %d bytes)", server, n)
+	}
+	if n == 0 {
+		tb.Error("the client got nothing at all: the stream was not started")
+	}
 }
 
 // HugeHeader is a GET of path to host with a 100 KB header holding Marker.
