@@ -162,12 +162,6 @@ var nextBufs = sync.Pool{New: func() any {
 
 // Server hands off the streams of one fasthttp server.
 type Server struct {
-	// WriteTimeout, when set (before serving), bounds each write of a handed-off stream:
-	// a client that takes no byte of it for this long is treated as gone. 0 (the default)
-	// sets no deadline: the connections bound their own writes (relay.BoundWrites, the
-	// servers' --write-timeout).
-	WriteTimeout time.Duration
-
 	srv   *fasthttp.Server
 	ended func(net.Conn) // after a stream, before its connection waits or closes
 	relay fasthttp.HijackHandler
@@ -266,12 +260,12 @@ func (s *Server) serve(c *Conn) {
 	h.SetContentLength(-1) // chunked, as fasthttp writes a body stream of unknown length
 	keep := !h.ConnectionClose()
 	events := bytes.HasPrefix(h.ContentType(), eventStreamType)
-	err := write(c, h.Header(), s.WriteTimeout)
+	err := write(c, h.Header())
 	forgetHeader(h)
 	st := c.stream
 	c.stream = nil
 	if err == nil {
-		err = relayChunked(c, st, events, s.WriteTimeout)
+		err = relayChunked(c, st, events)
 	} else {
 		_ = st.CloseWithError(err)
 	}
@@ -304,17 +298,16 @@ func forgetHeader(h *fasthttp.ResponseHeader) {
 // An event stream (events) spends most of its life waiting for its next event, so it
 // waits reading one byte into the connection's own next: no chunk buffer is held while it
 // waits. Once that byte has come, relayPiece takes a pooled one for the rest of the
-// piece. Any other body is read straight into the pooled buffer (relayRead).
-func relayChunked(c *Conn, st Stream, events bool, d time.Duration) error {
+// piece. Any other body is read straight into the pooled buffer.
+func relayChunked(c *Conn, st Stream, events bool) error {
 	for {
+		var n int
 		var rerr, werr error
 		if events {
-			var n int
-			if n, rerr = st.Read(c.next[:]); n > 0 {
-				rerr, werr = relayPiece(c, st, c.next[0], rerr, d)
-			}
-		} else {
-			rerr, werr = relayRead(c, st, d)
+			n, rerr = st.Read(c.next[:])
+		}
+		if !events || n > 0 {
+			rerr, werr = relayPiece(c, st, n > 0, rerr)
 		}
 		if werr != nil {
 			_ = st.CloseWithError(werr)
@@ -323,7 +316,7 @@ func relayChunked(c *Conn, st Stream, events bool, d time.Duration) error {
 		switch {
 		case errors.Is(rerr, io.EOF):
 			_ = st.CloseWithError(nil)
-			return write(c, lastChunk, d)
+			return write(c, lastChunk)
 		case rerr != nil:
 			_ = st.CloseWithError(rerr)
 			return rerr
@@ -331,39 +324,31 @@ func relayChunked(c *Conn, st Stream, events bool, d time.Duration) error {
 	}
 }
 
-// relayPiece writes first, the byte of an event stream just read (rerr is that read's
-// error), and the rest of its piece as one chunk: one more read of st takes what the
-// stream has of the piece (an upstream body stream returns at most the rest of its
-// chunk). That read is not made when the stream has ended or when the byte ends a line:
-// the byte may have been all of its piece, and the read would then wait for the next
-// piece. Waiting is harmless for a byte within a line, which is of no use to an
+// relayPiece writes one piece of st as one chunk, through a pooled buffer: when lead, the
+// byte of an event stream just read into c.next (rerr is that read's error), then what one
+// read of st gives (an upstream body stream returns at most the rest of its chunk). After
+// a lead byte that read is not made when the stream has ended or when the byte ends a
+// line: the byte may have been all of its piece, and the read would then wait for the
+// next piece. Waiting is harmless for a byte within a line, which is of no use to an
 // event-stream client before its line ends. It returns the error of the last read and
 // that of the write.
-func relayPiece(c *Conn, st Stream, first byte, rerr error, d time.Duration) (readErr, writeErr error) {
+func relayPiece(c *Conn, st Stream, lead bool, rerr error) (readErr, writeErr error) {
 	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
 	defer chunkBufs.Put(bp)
 	buf := *bp
-	buf[chunkRoom] = first
-	n := 1
-	if rerr == nil && first != '\n' && first != '\r' {
+	n := 0
+	if lead {
+		buf[chunkRoom], n = c.next[0], 1
+	}
+	if rerr == nil && (!lead || c.next[0] != '\n' && c.next[0] != '\r') {
 		var m int
-		m, rerr = st.Read(buf[chunkRoom+1 : chunkRoom+streamChunk])
+		m, rerr = st.Read(buf[chunkRoom+n : chunkRoom+streamChunk])
 		n += m
 	}
-	return rerr, write(c, frameChunk(buf, n), d)
-}
-
-// relayRead reads st once into a pooled buffer and writes what it got as one chunk. It
-// returns the read's error and the write's.
-func relayRead(c *Conn, st Stream, d time.Duration) (readErr, writeErr error) {
-	bp := chunkBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only these
-	defer chunkBufs.Put(bp)
-	buf := *bp
-	n, rerr := st.Read(buf[chunkRoom : chunkRoom+streamChunk])
 	if n == 0 {
 		return rerr, nil
 	}
-	return rerr, write(c, frameChunk(buf, n), d)
+	return rerr, write(c, frameChunk(buf, n))
 }
 
 // frameChunk frames the n bytes at buf[chunkRoom:] as one chunk in place and returns it.
@@ -383,14 +368,9 @@ func frameChunk(buf []byte, n int) []byte {
 	return buf[i : end+2]
 }
 
-// write writes b whole within d (0: the connection bounds its own writes, or nothing
-// does).
-func write(c *Conn, b []byte, d time.Duration) error {
-	if d > 0 {
-		if err := c.SetWriteDeadline(time.Now().Add(d)); err != nil {
-			return err //nolint:wrapcheck // the connection's own error
-		}
-	}
+// write writes b whole; the connection bounds how long it may wait (relay.BoundWrites,
+// the servers' --write-timeout).
+func write(c *Conn, b []byte) error {
 	_, err := c.Write(b)
 	return err //nolint:wrapcheck // the connection's own error, as fasthttp would see it
 }
@@ -398,7 +378,6 @@ func write(c *Conn, b []byte, d time.Duration) error {
 // awaitNext waits, under the server's idle timeout, for the first bytes of the next
 // request on a handed-off connection, then serves the connection again.
 func (s *Server) awaitNext(c *Conn) {
-	_ = c.SetWriteDeadline(time.Time{})
 	if len(c.pending) == 0 {
 		_ = c.SetReadDeadline(deadlineAfter(s.srv.IdleTimeout))
 		c.readAhead(c.Conn)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/switchyard/switchyard/internal/relay"
 	"github.com/switchyard/switchyard/internal/testkit/mocktest"
 )
 
@@ -71,6 +72,13 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
+	return newRigWriteStall(t, 0)
+}
+
+// newRigWriteStall is newRig with the connections' writes bounded by writeStall (0: not
+// bounded), as the servers bound them (relay.Listener).
+func newRigWriteStall(t *testing.T, writeStall time.Duration) *rig {
+	t.Helper()
 	r := &rig{ended: make(chan struct{}, 16), states: make(chan fasthttp.ConnState, 64)}
 	r.srv = &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
@@ -100,7 +108,7 @@ func newRig(t *testing.T) *rig {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = r.srv.Serve(Listener(ln))
+		_ = r.srv.Serve(Listener(relay.Listener(ln, false, writeStall)))
 	}()
 	t.Cleanup(func() {
 		r.h.Close()
@@ -420,8 +428,7 @@ func TestDrainClosesIdleWaitsForStreams(t *testing.T) {
 // A client that stops reading: once its socket buffers are full, the next write fails
 // after the write timeout and the stream is closed with that error.
 func TestHandedOffStreamClientStopsReading(t *testing.T) {
-	r := newRig(t)
-	r.h.WriteTimeout = 200 * time.Millisecond
+	r := newRigWriteStall(t, 200*time.Millisecond)
 	p, _, _ := openSlow(t, r, func(c net.Conn) {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetReadBuffer(4 << 10)
