@@ -174,18 +174,16 @@ type blockLRU struct {
 	index map[uint64]int32
 	slots []blockSlot
 	free  []int32 // slots of evicted blocks, reused before the slice grows
-	head  int32   // most recently used, -1 when empty
-	tail  int32   // least recently used
+	order recency // slots, most recently used first
 }
 
 type blockSlot struct {
-	key        uint64
-	tokens     uint64
-	at         time.Time
-	prev, next int32
+	key    uint64
+	tokens uint64
+	at     time.Time
 }
 
-func newBlockLRU() *blockLRU { return &blockLRU{index: map[uint64]int32{}, head: -1, tail: -1} }
+func newBlockLRU() *blockLRU { return &blockLRU{index: map[uint64]int32{}, order: newRecency()} }
 
 // fresh reports whether key is remembered and younger than ttl (0 = no expiry).
 func (c *blockLRU) fresh(key uint64, now time.Time, ttl time.Duration) bool {
@@ -219,65 +217,30 @@ func (c *blockLRU) add(chain []uint64, tokens uint64, now time.Time, maxBlocks i
 		if i, ok := c.index[key]; ok {
 			c.used += tokens - c.slots[i].tokens
 			c.slots[i].at, c.slots[i].tokens = now, tokens
-			c.touch(i)
+			c.order.touch(i)
 			continue
 		}
-		for c.tail >= 0 && (len(c.index) >= maxBlocks || (capTokens > 0 && c.used+tokens > capTokens)) {
+		for c.order.tail >= 0 && (len(c.index) >= maxBlocks || (capTokens > 0 && c.used+tokens > capTokens)) {
 			c.evictTail()
 		}
 		var i int32
 		if n := len(c.free); n > 0 {
 			i, c.free = c.free[n-1], c.free[:n-1]
 		} else {
-			i = int32(len(c.slots)) //nolint:gosec // bounded by the largest limit seen
+			i = c.order.grow()
 			c.slots = append(c.slots, blockSlot{})
 		}
-		c.slots[i] = blockSlot{key: key, tokens: tokens, at: now, prev: -1, next: -1}
+		c.slots[i] = blockSlot{key: key, tokens: tokens, at: now}
 		c.used += tokens
 		c.index[key] = i
-		c.pushFront(i)
+		c.order.pushFront(i)
 	}
 }
 
 func (c *blockLRU) evictTail() {
-	i := c.tail
-	c.unlink(i)
+	i := c.order.tail
+	c.order.unlink(i)
 	delete(c.index, c.slots[i].key)
 	c.used -= c.slots[i].tokens
 	c.free = append(c.free, i)
-}
-
-func (c *blockLRU) touch(i int32) {
-	if c.head == i {
-		return
-	}
-	c.unlink(i)
-	c.pushFront(i)
-}
-
-func (c *blockLRU) unlink(i int32) {
-	s := &c.slots[i]
-	if s.prev >= 0 {
-		c.slots[s.prev].next = s.next
-	} else {
-		c.head = s.next
-	}
-	if s.next >= 0 {
-		c.slots[s.next].prev = s.prev
-	} else {
-		c.tail = s.prev
-	}
-	s.prev, s.next = -1, -1
-}
-
-func (c *blockLRU) pushFront(i int32) {
-	s := &c.slots[i]
-	s.prev, s.next = -1, c.head
-	if c.head >= 0 {
-		c.slots[c.head].prev = i
-	}
-	c.head = i
-	if c.tail < 0 {
-		c.tail = i
-	}
 }

@@ -12,8 +12,7 @@ import "time"
 type sessionTable struct {
 	index map[string]int32
 	slots []sessionSlot
-	head  int32 // most recently used slot, -1 when empty
-	tail  int32 // least recently used slot
+	order recency // slots, most recently used first
 	ttl   time.Duration
 	limit int
 }
@@ -21,11 +20,10 @@ type sessionTable struct {
 type sessionSlot struct {
 	key, cluster string
 	at           time.Time
-	prev, next   int32
 }
 
 func newSessionTable(limit int, ttl time.Duration) sessionTable {
-	return sessionTable{index: map[string]int32{}, head: -1, tail: -1, ttl: ttl, limit: max(limit, 1)}
+	return sessionTable{index: map[string]int32{}, order: newRecency(), ttl: ttl, limit: max(limit, 1)}
 }
 
 // enabled reports whether the table is in use (a positive time to live).
@@ -51,54 +49,19 @@ func (t *sessionTable) put(key, cluster string, now time.Time) {
 	}
 	if i, ok := t.index[key]; ok {
 		t.slots[i].cluster, t.slots[i].at = cluster, now
-		t.touch(i)
+		t.order.touch(i)
 		return
 	}
 	var i int32
 	if len(t.slots) < t.limit {
-		i = int32(len(t.slots)) //nolint:gosec // bounded by limit
-		t.slots = append(t.slots, sessionSlot{prev: -1, next: -1})
+		i = t.order.grow()
+		t.slots = append(t.slots, sessionSlot{})
 	} else {
-		i = t.tail // evict the least recently used
-		t.unlink(i)
+		i = t.order.tail // evict the least recently used
+		t.order.unlink(i)
 		delete(t.index, t.slots[i].key)
 	}
-	t.slots[i] = sessionSlot{key: key, cluster: cluster, at: now, prev: -1, next: -1}
+	t.slots[i] = sessionSlot{key: key, cluster: cluster, at: now}
 	t.index[key] = i
-	t.pushFront(i)
-}
-
-func (t *sessionTable) touch(i int32) {
-	if t.head == i {
-		return
-	}
-	t.unlink(i)
-	t.pushFront(i)
-}
-
-func (t *sessionTable) unlink(i int32) {
-	s := &t.slots[i]
-	if s.prev >= 0 {
-		t.slots[s.prev].next = s.next
-	} else {
-		t.head = s.next
-	}
-	if s.next >= 0 {
-		t.slots[s.next].prev = s.prev
-	} else {
-		t.tail = s.prev
-	}
-	s.prev, s.next = -1, -1
-}
-
-func (t *sessionTable) pushFront(i int32) {
-	s := &t.slots[i]
-	s.prev, s.next = -1, t.head
-	if t.head >= 0 {
-		t.slots[t.head].prev = i
-	}
-	t.head = i
-	if t.tail < 0 {
-		t.tail = i
-	}
+	t.order.pushFront(i)
 }
