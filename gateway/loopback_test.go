@@ -255,4 +255,5 @@ func TestLoopbackStreamsKeepTheConnection(t *testing.T) {
 	}
 	waitMetric(t, l, `switchyard_requests_total{routing_key="",model="dummy-model",inference_server_id="e1",status="200"} 4`)
 	waitMetric(t, l, "switchyard_streams_relayed 0") // all three ended
+	waitMetric(t, l, "switchyard_inflight_requests 0")
 }

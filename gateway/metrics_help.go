@@ -42,7 +42,7 @@ var metricsHelp = map[string]string{
 	mClientCancelled:   "Requests whose client went away before the answer ended.",
 	mBackendsExpired:   "Backends dropped after missing their heartbeats.",
 	mAbandoned:         "Attempts given up with no answer yet because their pylon answered no health probe (they fail over).",
-	mInflightRequests:  "Requests being handled (routing, waiting or proxying).",
+	mInflightRequests:  "Requests being handled (routing, waiting or proxying), streams until their last event.",
 	mStreamsRelayed:    "Event streams being relayed to clients, handed off the server's goroutines (HTTP/1.0 and drain-time streams are not counted).",
 	mRoutingTargets:    "Routing targets (routing key × model) with a scheduler.",
 	mAdminUnauthorized: "Admin-listener requests refused for a missing or wrong token.",

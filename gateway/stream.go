@@ -54,6 +54,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st
 	}
 	s := guardFor(ctx)
 	s.up, s.g, s.ts, s.backend = up, g, ts, b.ID
+	g.metrics.infl.Inc() // the stream's own count, until it ends (the handler's ends first)
 	s.end.Upstream = "backend"
 	if resp.StatusCode() == fasthttp.StatusOK {
 		s.ttft.arm(ts, ts.backend(b.ID), out, sent)
@@ -142,6 +143,7 @@ func (s *streamGuard) CloseWithError(err error) error {
 		return nil
 	}
 	cerr := s.up.CloseWithError(err)
+	s.g.metrics.infl.Dec()
 	status := 0
 	switch {
 	case s.end.Err() != nil && !s.end.Finished():

@@ -108,6 +108,14 @@ func metricLine(t *testing.T, h *harness, series string) string {
 	return ""
 }
 
+// inflightIs checks the gateway's in-flight gauge (a stream counts until it ends).
+func inflightIs(t *testing.T, h *harness, want string) {
+	t.Helper()
+	if got := metricLine(t, h, "switchyard_inflight_requests"); got != want {
+		t.Errorf("inflight_requests = %q, want %s", got, want)
+	}
+}
+
 func requestsWith(status string) string {
 	return `switchyard_requests_total{routing_key="",model="m",inference_server_id="p1",status="` + status + `"}`
 }
@@ -152,6 +160,7 @@ func TestStreamPylonDiesMidStreamEndsWithOneErrorEvent(t *testing.T) {
 		if got := metricLine(t, h, requestsWith("200")); got != "" && got != "0" {
 			t.Errorf("requests_total{status=200} = %q, want none", got)
 		}
+		inflightIs(t, h, "0")
 	})
 }
 
@@ -207,6 +216,7 @@ func TestStreamFinishedStreamIsUntouched(t *testing.T) {
 				if got := metricLine(t, h, requestsWith("200")); got != "1" {
 					t.Errorf("requests_total{status=200} = %q, want 1", got)
 				}
+				inflightIs(t, h, "0")
 			})
 		})
 	}
@@ -288,7 +298,8 @@ func TestStreamClientCancelCountedAs499(t *testing.T) {
 				break
 			}
 		}
-		_ = conn.Close() // the client goes away after its first event
+		inflightIs(t, h, "1") // the handler has returned; the stream still counts
+		_ = conn.Close()      // the client goes away after its first event
 		select {
 		case <-pylonDone:
 		case <-time.After(time.Second):
@@ -304,6 +315,7 @@ func TestStreamClientCancelCountedAs499(t *testing.T) {
 		if got := metricLine(t, h, `switchyard_client_cancelled_total{routing_key="",model="m"}`); got != "1" {
 			t.Errorf("client_cancelled_total = %q, want 1", got)
 		}
+		inflightIs(t, h, "0")
 	})
 }
 

@@ -97,6 +97,7 @@ func TestLoopbackWriteTimeoutEndsAStreamNobodyReads(t *testing.T) {
 			}
 			waitMetric(t, l, `switchyard_requests_total{routing_key="",model="endless-model",inference_server_id="e1",status="499"} 1`)
 			waitMetric(t, l, "switchyard_streams_relayed 0")
+			waitMetric(t, l, "switchyard_inflight_requests 0")
 			rawhttp.ExpectClosed(t, conn, "gateway")
 		})
 	}
