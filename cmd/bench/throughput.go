@@ -16,7 +16,8 @@ import (
 )
 
 // throughputCmd compares the gateway's throughput with nginx and HAProxy round-robin over
-// the same two pylons (budget: at least 1.0× nginx for small non-streaming requests).
+// the same two pylons (budget: at least 1.0× nginx for small non-streaming requests), and
+// with a bare fasthttp proxy over them: the ceiling of the gateway's HTTP library.
 type throughputCmd struct {
 	Nginx       string        `default:"nginx" help:"nginx binary (apt-get install nginx-light); required."`
 	HAProxy     string        `name:"haproxy" default:"haproxy" help:"HAProxy binary (apt-get install haproxy); when it is not found the HAProxy column is skipped with a message."`
@@ -25,6 +26,7 @@ type throughputCmd struct {
 	Rounds      int           `default:"2" help:"Measurements per router, taking turns: gateway, nginx, HAProxy."`
 	BinDir      string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	Profile     string        `placeholder:"DIR" help:"Run the gateway with --enable-pprof and save its CPU profile over its first measurement in DIR (go tool pprof DIR/gateway-cpu.pprof)."`
+	NoBareProxy bool          `name:"no-bare-proxy" help:"Skip the bare fasthttp proxy's column (a reverse proxy of a few lines on the gateway's HTTP library, over the same two pylons: what the library itself costs)."`
 }
 
 func (c *throughputCmd) Validate() error {
@@ -111,13 +113,13 @@ func (c *throughputCmd) Run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := fleet.FreePorts(ctx, 10)
+	ports, err := fleet.FreePorts(ctx, 11)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	engines, pylons, gateway, proxy, haproxyAddr := []string{addr(0), addr(1)}, []string{addr(2), addr(3)}, addr(4), addr(5), addr(9)
-	gatewayAdmin, pylonAdmins := addr(6), []string{addr(7), addr(8)}
+	gatewayAdmin, pylonAdmins, bareAddr := addr(6), []string{addr(7), addr(8)}, addr(10)
 	specs := []fleet.Spec{{Name: "gateway", Path: bins.Gateway, Args: []string{"--http-listen-addr", gateway, "--admin-listen-addr", gatewayAdmin, "--log-level", "warn"}}}
 	if c.Profile != "" {
 		specs[0].Args = append(specs[0].Args, "--enable-pprof")
@@ -145,6 +147,18 @@ func (c *throughputCmd) Run() error {
 		// -db: stay in the foreground, so that the group's SIGTERM stops it.
 		specs = append(specs, fleet.Spec{Name: "haproxy", Path: haproxy, Args: []string{"-db", "-f", hconf}})
 		routers = append(routers, router{name: "HAProxy round-robin", addr: haproxyAddr, proc: len(specs) - 1})
+	}
+	if !c.NoBareProxy {
+		// From a private copy of this executable, as bench overhead's bare proxies, so that
+		// it shares no machine code with the client.
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		bins, removeCopies := proxyExecutables(self, "proxy-bare")
+		defer removeCopies()
+		specs = append(specs, fleet.Spec{Name: "proxy-bare", Path: bins[0], Args: []string{"bare-proxy", "--listen", bareAddr, "--upstream", pylons[0] + "," + pylons[1]}})
+		routers = append(routers, router{name: "fasthttp bare proxy", addr: bareAddr, proc: len(specs) - 1, vsNginx: true})
 	}
 	group := &fleet.Group{}
 	defer group.Stop(fleet.StopGrace)
@@ -188,11 +202,13 @@ func (c *throughputCmd) Run() error {
 
 // router is one column of the comparison: where it listens, its process (an index into
 // the started children) and its measurements: the rates, and the CPU its process and its
-// children (nginx's workers) used over them for about requests requests.
+// children (nginx's workers) used over them for about requests requests. vsNginx adds its
+// own ratio to nginx (the second router) to the report.
 type router struct {
 	name     string
 	addr     string
 	proc     int
+	vsNginx  bool
 	rps      []float64
 	cpu      time.Duration
 	requests float64
@@ -238,5 +254,10 @@ func printThroughput(w io.Writer, routers []router) {
 			cpu = fmt.Sprintf("; CPU per request %.2f×", float64(g)/float64(o))
 		}
 		fmt.Fprintf(w, "gateway / %s: %.2f×%s%s\n", strings.Fields(routers[i].name)[0], routers[0].mean()/routers[i].mean(), budget, cpu)
+	}
+	for i := 2; i < len(routers); i++ {
+		if routers[i].vsNginx {
+			fmt.Fprintf(w, "%s / nginx: %.2f×\n", routers[i].name, routers[i].mean()/routers[1].mean())
+		}
 	}
 }

@@ -39,7 +39,8 @@ func TestHAProxyConfigIsValid(t *testing.T) {
 }
 
 // The report has one line per router and the gateway's ratios to each other one, the
-// budget on the nginx line; CPU per request where it was measured.
+// budget on the nginx line; CPU per request where it was measured; the bare proxy's own
+// ratio to nginx.
 func TestPrintThroughput(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
@@ -47,12 +48,16 @@ func TestPrintThroughput(t *testing.T) {
 		{name: "gateway (power-of-n)", rps: []float64{1000, 1200}, cpu: 2 * time.Second, requests: 20_000},
 		{name: "nginx round-robin", rps: []float64{1000, 1000}, cpu: time.Second, requests: 20_000},
 		{name: "HAProxy round-robin", rps: []float64{2200}},
+		{name: "fasthttp bare proxy", rps: []float64{900}, vsNginx: true},
 	})
 	want := "gateway (power-of-n)   req/s: 1000, 1200 (mean 1100); CPU 100.0 µs per request\n" +
 		"nginx round-robin      req/s: 1000, 1000 (mean 1000); CPU 50.0 µs per request\n" +
 		"HAProxy round-robin    req/s: 2200 (mean 2200); CPU per request unknown\n" +
+		"fasthttp bare proxy    req/s: 900 (mean 900); CPU per request unknown\n" +
 		"gateway / nginx: 1.10× (budget ≥ 1.0×); CPU per request 2.00×\n" +
-		"gateway / HAProxy: 0.50×\n"
+		"gateway / HAProxy: 0.50×\n" +
+		"gateway / fasthttp: 1.22×\n" +
+		"fasthttp bare proxy / nginx: 0.90×\n"
 	if b.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
 	}
