@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -253,11 +254,31 @@ func printThroughput(w io.Writer, routers []router) {
 		if g, o := routers[0].cpuPerRequest(), routers[i].cpuPerRequest(); g > 0 && o > 0 {
 			cpu = fmt.Sprintf("; CPU per request %.2f×", float64(g)/float64(o))
 		}
-		fmt.Fprintf(w, "gateway / %s: %.2f×%s%s\n", strings.Fields(routers[i].name)[0], routers[0].mean()/routers[i].mean(), budget, cpu)
+		fmt.Fprintf(w, "gateway / %s: %.2f×%s%s%s\n", strings.Fields(routers[i].name)[0], routers[0].mean()/routers[i].mean(), budget, cpu, perRound(routers[0].rps, routers[i].rps))
 	}
 	for i := 2; i < len(routers); i++ {
 		if routers[i].vsNginx {
 			fmt.Fprintf(w, "%s / nginx: %.2f×\n", routers[i].name, routers[i].mean()/routers[1].mean())
 		}
 	}
+}
+
+// perRound describes the ratios of the rates of a and b round by round (a round's
+// measurements are taken one after the other, so a pair shares the machine's phase more
+// than the means do): their median and range, with three rounds or more.
+func perRound(a, b []float64) string {
+	n := min(len(a), len(b))
+	if n < 3 {
+		return ""
+	}
+	r := make([]float64, n)
+	for k := range r {
+		r[k] = a[k] / b[k]
+	}
+	slices.Sort(r)
+	med := r[n/2]
+	if n%2 == 0 {
+		med = (r[n/2-1] + r[n/2]) / 2
+	}
+	return fmt.Sprintf("; round by round: median %.2f× (%.2f–%.2f×)", med, r[0], r[n-1])
 }

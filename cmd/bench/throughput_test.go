@@ -62,3 +62,17 @@ func TestPrintThroughput(t *testing.T) {
 		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+// With three rounds or more the ratios also come round by round: median and range.
+func TestPrintThroughputPerRound(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	printThroughput(&b, []router{
+		{name: "gateway (power-of-n)", rps: []float64{900, 1100, 1000, 1300}},
+		{name: "nginx round-robin", rps: []float64{1000, 1000, 1000, 1000}},
+	})
+	want := "gateway / nginx: 1.07× (budget ≥ 1.0×); round by round: median 1.05× (0.90–1.30×)\n"
+	if !strings.HasSuffix(b.String(), want) {
+		t.Errorf("report:\n%s\nwant it to end with:\n%s", b.String(), want)
+	}
+}
