@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -456,8 +457,9 @@ func settle(in, control [2]overhead.Interval) string {
 
 // bareProxyCmd is the bare fasthttp reverse proxy the overhead command measures against.
 type bareProxyCmd struct {
-	Listen   string `required:"" help:"Listen address (host:port)."`
-	Upstream string `required:"" help:"Upstream address (host:port)."`
+	Listen     string `required:"" help:"Listen address (host:port)."`
+	Upstream   string `required:"" help:"Upstream address (host:port; several, comma-separated, are dialled in turn)."`
+	CPUProfile string `name:"cpu-profile" placeholder:"FILE" help:"Write a CPU profile of the proxy's whole run to FILE (go tool pprof)."`
 }
 
 func (c *bareProxyCmd) Run() error {
@@ -466,6 +468,17 @@ func (c *bareProxyCmd) Run() error {
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return err
+	}
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	h, closeIdle := overhead.BareProxy(c.Upstream)
 	defer closeIdle()

@@ -26,7 +26,7 @@ type throughputCmd struct {
 	Duration    time.Duration `default:"10s" help:"Length of each measurement."`
 	Rounds      int           `default:"2" help:"Measurements per router, taking turns: gateway, nginx, HAProxy."`
 	BinDir      string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
-	Profile     string        `placeholder:"DIR" help:"Run the gateway with --enable-pprof and save its CPU profile over its first measurement in DIR (go tool pprof DIR/gateway-cpu.pprof)."`
+	Profile     string        `placeholder:"DIR" help:"Run the gateway with --enable-pprof and save its CPU profile over its first measurement in DIR (go tool pprof DIR/gateway-cpu.pprof), and the bare proxy's over its whole run (DIR/bare-cpu.pprof)."`
 	NoBareProxy bool          `name:"no-bare-proxy" help:"Skip the bare fasthttp proxy's column (a reverse proxy of a few lines on the gateway's HTTP library, over the same two pylons: what the library itself costs)."`
 }
 
@@ -158,7 +158,14 @@ func (c *throughputCmd) Run() error {
 		}
 		bins, removeCopies := proxyExecutables(self, "proxy-bare")
 		defer removeCopies()
-		specs = append(specs, fleet.Spec{Name: "proxy-bare", Path: bins[0], Args: []string{"bare-proxy", "--listen", bareAddr, "--upstream", pylons[0] + "," + pylons[1]}})
+		args := []string{"bare-proxy", "--listen", bareAddr, "--upstream", pylons[0] + "," + pylons[1]}
+		if c.Profile != "" {
+			if err := os.MkdirAll(c.Profile, 0o750); err != nil {
+				return err
+			}
+			args = append(args, "--cpu-profile", filepath.Join(c.Profile, "bare-cpu.pprof"))
+		}
+		specs = append(specs, fleet.Spec{Name: "proxy-bare", Path: bins[0], Args: args})
 		routers = append(routers, router{name: "fasthttp bare proxy", addr: bareAddr, proc: len(specs) - 1, vsNginx: true})
 	}
 	group := &fleet.Group{}
