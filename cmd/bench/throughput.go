@@ -24,7 +24,7 @@ type throughputCmd struct {
 	HAProxy     string        `name:"haproxy" default:"haproxy" help:"HAProxy binary (apt-get install haproxy); when it is not found the HAProxy column is skipped with a message."`
 	Concurrency int           `default:"32" help:"Concurrent keep-alive client connections."`
 	Duration    time.Duration `default:"10s" help:"Length of each measurement."`
-	Rounds      int           `default:"2" help:"Measurements per router, taking turns: gateway, nginx, HAProxy."`
+	Rounds      int           `default:"2" help:"Measurements per router, taking turns: gateway, nginx, HAProxy, the bare proxy."`
 	BinDir      string        `name:"bin-dir" default:"bin" help:"Directory holding the engine, pylon and gateway binaries."`
 	Profile     string        `placeholder:"DIR" help:"Run the gateway with --enable-pprof and save its CPU profile over its first measurement in DIR (go tool pprof DIR/gateway-cpu.pprof), and the bare proxy's over its whole run (DIR/bare-cpu.pprof)."`
 	NoBareProxy bool          `name:"no-bare-proxy" help:"Skip the bare fasthttp proxy's column (a reverse proxy of a few lines on the gateway's HTTP library, over the same two pylons: what the library itself costs)."`
