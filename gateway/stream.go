@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -29,16 +28,13 @@ import (
 //     connection without deferred work (served through ServeConn, not Serve) counts the
 //     request when the handler returns, with the HTTP status.
 
-// eventStreamType is the content type of a streamed (SSE) answer.
-var eventStreamType = []byte("text/event-stream")
-
 // handOver prepares a streamed upstream answer resp for the client: an event stream is
 // wrapped in a streamGuard and handed off the connection (or left in resp for fasthttp to
 // write), any other body is read whole (a cut one is a 502). The attempt (outcome out,
 // sent at sent) is observed for the TTFT estimate's accuracy when its answer is a 200
 // event stream (see ttftProbe).
 func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st *attemptState, ts *targetSeries, b *fleet.Backend, out *dispatch.Outcome, sent time.Time) error {
-	if !bytes.HasPrefix(resp.Header.ContentType(), eventStreamType) {
+	if !relay.IsEventStream(&resp.Header) {
 		return bufferBody(resp, b.ID)
 	}
 	resp.ImmediateHeaderFlush = true

@@ -276,7 +276,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	}
 	p.addLoad(&resp.Header, g, gw)
 	rs := relay.NewStream(bs, obs, p.now, nil)
-	if bytes.HasPrefix(resp.Header.ContentType(), eventStream) {
+	if relay.IsEventStream(&resp.Header) {
 		// An engine that fails mid-stream: the gateway gets an error event and a normal
 		// end of the body, not a cut connection.
 		rs.EndWithErrorEvent("inference engine")
@@ -288,9 +288,6 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	ctx.Response.SetBodyStream(rs, -1)
 	ctx.Response.ImmediateHeaderFlush = true
 }
-
-// eventStream is the content type of a streamed (SSE) answer.
-var eventStream = []byte("text/event-stream")
 
 func (p *Pylon) relayBuffered(ctx *fasthttp.RequestCtx, obs *requestObserver, gw *gatewayState) {
 	if err := p.client.Do(&ctx.Request, &ctx.Response); err != nil {

@@ -27,7 +27,6 @@
 package handoff
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -140,9 +139,6 @@ const streamChunk = 1 << 10
 
 // chunkRoom is the room before a piece for its chunk-size line ("400\r\n" at most).
 const chunkRoom = 5
-
-// eventStreamType is the content type of an event stream (SSE).
-var eventStreamType = []byte("text/event-stream")
 
 // lastChunk ends a chunked body (no trailers).
 var lastChunk = []byte("0\r\n\r\n")
@@ -259,7 +255,7 @@ func (s *Server) serve(c *Conn) {
 	h := &c.Upstream.Header
 	h.SetContentLength(-1) // chunked, as fasthttp writes a body stream of unknown length
 	keep := !h.ConnectionClose()
-	events := bytes.HasPrefix(h.ContentType(), eventStreamType)
+	events := relay.IsEventStream(h)
 	err := write(c, h.Header())
 	forgetHeader(h)
 	st := c.stream

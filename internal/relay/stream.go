@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"sync"
@@ -8,6 +9,15 @@ import (
 
 	"github.com/valyala/fasthttp"
 )
+
+// eventStreamType is the content type of an event stream (SSE).
+var eventStreamType = []byte("text/event-stream")
+
+// IsEventStream reports whether h is the header of an event stream (text/event-stream,
+// parameters or none): the answers the gateway and the pylon relay event by event.
+func IsEventStream(h *fasthttp.ResponseHeader) bool {
+	return bytes.HasPrefix(h.ContentType(), eventStreamType)
+}
 
 // Observer receives a relayed response's milestones. Calls come from the goroutine that
 // writes the response (fasthttp's), never concurrently for one stream. Finished's err is
