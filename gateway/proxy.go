@@ -127,13 +127,21 @@ type attemptState struct {
 	trace *reqTrace
 	// unchecked sends the next attempt without an expected queue (retry.Decision.Unchecked).
 	unchecked bool
+	// streamCounted says the request's in-flight count moved to its stream's guard
+	// (handOver), which gives it back when the stream ends.
+	streamCounted bool
 }
 
 // handleInference routes and proxies one OpenAI request.
 func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 	arrival := g.deps.Now()
 	g.metrics.infl.Inc()
-	defer g.metrics.infl.Dec()
+	var st attemptState
+	defer func() {
+		if !st.streamCounted { // else the stream's guard gives the count back when it ends
+			g.metrics.infl.Dec()
+		}
+	}()
 	sampled := g.access.pick() // the access log (accesslog.go)
 	if g.draining.Load() {
 		g.reject(ctx, sampled, arrival, nil, fmt.Errorf("%w: not accepting new requests", ErrShuttingDown))
@@ -203,7 +211,7 @@ func (g *Gateway) handleInference(ctx *fasthttp.RequestCtx) {
 			h.SetCanonical(hdrConversation, bytesOf(p.ConversationKey))
 		}
 	}
-	st := attemptState{after: afterFor(ctx), trace: g.startTrace(ctx, &rt, r.entry.Algorithm.String())}
+	st.after, st.trace = afterFor(ctx), g.startTrace(ctx, &rt, r.entry.Algorithm.String())
 	defer st.trace.finish(&ctx.Response)
 	if rt.hasBudget {
 		st.retry.Deadline = arrival.Add(rt.budget)

@@ -50,7 +50,7 @@ func (g *Gateway) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st
 	}
 	s := guardFor(ctx)
 	s.up, s.g, s.ts, s.backend = up, g, ts, b.ID
-	g.metrics.infl.Inc() // the stream's own count, until it ends (the handler's ends first)
+	st.streamCounted = true // the request's in-flight count is the stream's now, until it ends
 	s.end.Upstream = "backend"
 	if resp.StatusCode() == fasthttp.StatusOK {
 		s.ttft.arm(ts, ts.backend(b.ID), out, sent)
