@@ -162,7 +162,7 @@ func (a *afterResponse) runAttempt(g *Gateway) {
 		}
 	}
 	a.bs.proxyDuration.Update(a.proxy.Seconds())
-	a.ts.attempt(a.bs, a.b.ID, a.status)
+	a.ts.attempt(a.bs, a.status)
 	if a.overhead >= 0 {
 		a.ts.overhead.Update(a.overhead.Seconds())
 	}

@@ -184,6 +184,10 @@ type Config struct {
 	AccessLogErrors bool
 	// Seed seeds the balancers' randomness, mixed with GatewayID (replicaSeed).
 	Seed uint64
+	// SeriesRetention is how long the metric series of a backend, and of a cluster, that
+	// left the fleet are kept before they are dropped (seriessweep.go; 0 =
+	// DefaultSeriesRetention, < 0 = kept for as long as the process runs).
+	SeriesRetention time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -233,6 +237,7 @@ func (c *Config) withDefaults() Config {
 		out.OutlierMaxEjectionPercent = DefaultOutlierMaxEjectionPercent
 	}
 	set(&out.ReloadPoll, DefaultReloadPoll)
+	set(&out.SeriesRetention, DefaultSeriesRetention)
 	set(&out.MinExpiry, DefaultMinExpiry)
 	out.ServerLimits = out.ServerLimits.WithDefaults()
 	if out.MetricsPrefix == "" {
@@ -348,6 +353,7 @@ type Gateway struct {
 	upstream             *relay.Conns    // every pylon connection, for the headers timeout
 	handoff              *handoff.Server // event streams relayed off the server's goroutines (stream.go)
 	stopWatch, watchDone chan struct{}
+	sweepDone            chan struct{} // the series sweep's loop has returned (stopWatch stops it too)
 	fleet                *fleet.Fleet
 	lbcfg                atomic.Pointer[lbconfig.Config]
 	lastResolved         atomic.Pointer[resolved]
@@ -449,6 +455,13 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	// (or a CPU profile on the admin listener) may take as long as it needs.
 	httpserver.Apply(g.server, cfg.ServerLimits, g.serverTLS != nil)
 	httpserver.Apply(g.admin, cfg.ServerLimits, g.adminTLS != nil)
+	g.sweepDone = make(chan struct{})
+	go func() {
+		defer close(g.sweepDone)
+		if cfg.SeriesRetention > 0 {
+			g.sweepSeries(g.stopWatch)
+		}
+	}()
 	return g, nil
 }
 
@@ -609,6 +622,7 @@ func (g *Gateway) Close() {
 	g.sys.Shutdown()
 	close(g.stopWatch)
 	<-g.watchDone
+	<-g.sweepDone
 }
 
 // listenerSet closes the listeners handed to Serve and ServeAdmin at shutdown, so a Serve

@@ -107,6 +107,7 @@ type ttftSeries struct {
 	ratio    *metrics.PrometheusHistogram
 	seconds  *metrics.PrometheusHistogram
 	exceeded *metrics.Counter
+	names    [3]string // the three above
 }
 
 // ttft returns the TTFT-estimate error series of t's model and cluster.
@@ -119,12 +120,14 @@ func (ts *targetSeries) ttft(cluster string) *ttftSeries {
 		return s.(*ttftSeries)
 	}
 	m, model := ts.m, ts.t.Model
-	s := &ttftSeries{
-		cluster:  cluster,
-		ratio:    m.set.GetOrCreatePrometheusHistogramExt(m.series(mTTFTErrorRatio, "model", model, "cluster_id", cluster), ttftRatioBuckets),
-		seconds:  m.set.GetOrCreatePrometheusHistogramExt(m.series(mTTFTErrorSeconds, "model", model, "cluster_id", cluster), ttftSecondsBuckets),
-		exceeded: m.set.GetOrCreateCounter(m.series(mTTFTExceeded, "model", model, "cluster_id", cluster)),
-	}
+	s := &ttftSeries{cluster: cluster, names: [3]string{
+		m.series(mTTFTErrorRatio, "model", model, "cluster_id", cluster),
+		m.series(mTTFTErrorSeconds, "model", model, "cluster_id", cluster),
+		m.series(mTTFTExceeded, "model", model, "cluster_id", cluster),
+	}}
+	s.ratio = m.set.GetOrCreatePrometheusHistogramExt(s.names[0], ttftRatioBuckets)
+	s.seconds = m.set.GetOrCreatePrometheusHistogramExt(s.names[1], ttftSecondsBuckets)
+	s.exceeded = m.set.GetOrCreateCounter(s.names[2])
 	v, _ := ts.ttfts.LoadOrStore(cluster, s)
 	return v.(*ttftSeries)
 }
@@ -158,14 +161,51 @@ type selectionKey struct {
 }
 
 // backendSeries are the series of a target's requests served by one backend; the
-// success-path counters (status 200) are resolved once.
+// success-path counters (status 200) are resolved once. Every series naming the backend is
+// here, so that they can all be dropped once it has left the fleet (seriessweep.go).
 type backendSeries struct {
 	id            string
 	proxyDuration *metrics.PrometheusHistogram
 	attempts200   *metrics.Counter
 	requests200   *metrics.Counter
+	names         [3]string // the three above
 	// ttft is the TTFT-estimate error series of the backend's cluster (see ttftOf).
 	ttft atomic.Pointer[ttftSeries]
+	// others holds the counters of the other attempt results and request statuses,
+	// created on first use under mu; dropped says the series are unregistered, so that
+	// none is created after (a late request's count is then not kept).
+	others  sync.Map // otherKey → *otherCounter
+	mu      sync.Mutex
+	dropped bool
+}
+
+// otherKey names one of a backend's other counters: the metric and its last label's value.
+type otherKey struct{ name, value string }
+
+type otherCounter struct {
+	series string
+	c      *metrics.Counter
+}
+
+// other returns bs's counter of name whose last label (after routing key, model and
+// backend) is label=value, creating it on first use.
+func (ts *targetSeries) other(bs *backendSeries, name, label, value string) *metrics.Counter {
+	k := otherKey{name, value}
+	if o, ok := bs.others.Load(k); ok {
+		return o.(*otherCounter).c
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if o, ok := bs.others.Load(k); ok {
+		return o.(*otherCounter).c
+	}
+	if bs.dropped {
+		return new(metrics.Counter) // counted nowhere: the backend's series are gone
+	}
+	series := ts.m.series(name, "routing_key", ts.t.RoutingKey, "model", ts.t.Model, "inference_server_id", bs.id, label, value)
+	o := &otherCounter{series: series, c: ts.m.set.GetOrCreateCounter(series)}
+	bs.others.Store(k, o)
+	return o.c
 }
 
 // target returns t's series, creating them on first use.
@@ -195,23 +235,25 @@ func (ts *targetSeries) backend(id string) *backendSeries {
 		return bs.(*backendSeries)
 	}
 	m, t := ts.m, ts.t
-	bs := &backendSeries{
-		id:            id,
-		proxyDuration: m.set.GetOrCreatePrometheusHistogramExt(m.series(mProxyDuration, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id), proxyBuckets),
-		attempts200:   m.set.GetOrCreateCounter(m.series(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "result", "upstream_200")),
-		requests200:   m.set.GetOrCreateCounter(m.series(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "status", "200")),
-	}
+	bs := &backendSeries{id: id, names: [3]string{
+		m.series(mProxyDuration, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id),
+		m.series(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "result", "upstream_200"),
+		m.series(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "status", "200"),
+	}}
+	bs.proxyDuration = m.set.GetOrCreatePrometheusHistogramExt(bs.names[0], proxyBuckets)
+	bs.attempts200 = m.set.GetOrCreateCounter(bs.names[1])
+	bs.requests200 = m.set.GetOrCreateCounter(bs.names[2])
 	v, _ := ts.backends.LoadOrStore(id, bs)
 	return v.(*backendSeries)
 }
 
 // attempt counts an upstream attempt's result (upstream_<status> or proxy_502).
-func (ts *targetSeries) attempt(bs *backendSeries, backend string, status int) {
+func (ts *targetSeries) attempt(bs *backendSeries, status int) {
 	if status == fasthttp.StatusOK {
 		bs.attempts200.Inc()
 		return
 	}
-	ts.m.inc(mAttempts, "routing_key", ts.t.RoutingKey, "model", ts.t.Model, "inference_server_id", backend, "result", "upstream_"+strconv.Itoa(status))
+	ts.other(bs, mAttempts, "result", "upstream_"+strconv.Itoa(status)).Inc()
 }
 
 // request counts a finished request by the backend that answered ("" for none) and status.
@@ -219,8 +261,12 @@ func (ts *targetSeries) attempt(bs *backendSeries, backend string, status int) {
 // before its end (relay.StatusClientClosedRequest), 502 when the stream broke or carried an
 // error event, its HTTP status otherwise.
 func (ts *targetSeries) request(backend string, status int) {
-	if status == fasthttp.StatusOK && backend != "" {
-		ts.backend(backend).requests200.Inc()
+	if backend != "" {
+		if bs := ts.backend(backend); status == fasthttp.StatusOK {
+			bs.requests200.Inc()
+		} else {
+			ts.other(bs, mRequests, "status", strconv.Itoa(status)).Inc()
+		}
 		return
 	}
 	ts.m.inc(mRequests, "routing_key", ts.t.RoutingKey, "model", ts.t.Model, "inference_server_id", backend, "status", strconv.Itoa(status))

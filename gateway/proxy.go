@@ -391,7 +391,7 @@ func (g *Gateway) attempt(ctx *fasthttp.RequestCtx, pid *actor.PID, p *dispatch.
 		g.sys.Root.Send(pid, dispatch.PrefillDone{Key: p.SessionKey(), Token: out.PrefillToken})
 	}
 	if err != nil {
-		g.metrics.inc(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", b.ID, "result", "proxy_502")
+		ts.other(ts.backend(b.ID), mAttempts, "result", "proxy_502").Inc()
 		resp.Reset()
 		now := g.deps.Now()
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {

@@ -38,6 +38,7 @@ type cli struct {
 	MaxAdminBodyBytes            int           `name:"max-admin-body-bytes" help:"Largest request body on the admin listener (a registration); larger gets 413." default:"1048576"`
 	MaxModelsPerBackend          int           `name:"max-models-per-backend" help:"Most models one pylon registration may name; more gets 400." default:"256"`
 	TargetCollectGrace           time.Duration `name:"target-collect-grace" help:"How long a routing target (routing key + model) whose last backend left keeps its scheduler; then it is collected and its parked requests answered." default:"30s"`
+	SeriesRetention              time.Duration `name:"series-retention" help:"How long the metric series of a backend (inference_server_id) and of a cluster (cluster_id) that left the fleet stay on /metrics, so that scrapes see their last values; then they are dropped, which keeps /metrics and memory bounded as pods come and go (0 = keep them as long as the gateway runs)." default:"10m"`
 	TLSCertFile                  string        `name:"tls-cert-file" help:"PEM certificate: both listeners serve TLS. Re-read when it changes (served to the next new connection)." default:"" type:"path"`
 	TLSKeyFile                   string        `name:"tls-key-file" help:"PEM private key of --tls-cert-file." default:"" type:"path"`
 	AdminTLSClientCAFile         string        `name:"admin-tls-client-ca-file" help:"PEM CA bundle: pylons must present a client certificate it signed on the admin listener (mutual TLS; needs --tls-cert-file)." default:"" type:"path"`
@@ -103,6 +104,9 @@ func (c *cli) Validate(kctx *kong.Context) error {
 	if c.ProxyMaxConnectRetries < 0 || c.ProxyMaxRequestRetries < 0 {
 		errs = append(errs, errors.New("--proxy-max-connect-retries and --proxy-max-request-retries must be >= 0"))
 	}
+	if c.SeriesRetention < 0 {
+		errs = append(errs, fmt.Errorf("--series-retention %v must be ≥ 0 (0 keeps the series)", c.SeriesRetention))
+	}
 	if c.MaxModelsPerBackend <= 0 || c.TargetCollectGrace <= 0 {
 		errs = append(errs, errors.New("--max-models-per-backend and --target-collect-grace must be > 0"))
 	}
@@ -140,6 +144,15 @@ func offIfZero(f float64) float64 {
 	return f
 }
 
+// keepIfZero maps --series-retention's 0 (keep the series) to Config's -1 (zero means
+// the default there).
+func keepIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 func (c *cli) config() gateway.Config {
 	return gateway.Config{
 		ListenAddr: c.HTTPListenAddr, GatewayID: c.GatewayID, LBConfigPath: c.LBConfigPath,
@@ -152,6 +165,7 @@ func (c *cli) config() gateway.Config {
 		AdminListenAddr:     c.AdminListenAddr, ControlToken: c.ControlToken, ControlTokenFile: c.ControlTokenFile,
 		InsecureNoControlAuth: c.InsecureNoControlAuth, WorkerCredentialsFile: c.WorkerCredentialsFile, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
 		MaxAdminBodyBytes: c.MaxAdminBodyBytes, MaxModelsPerBackend: c.MaxModelsPerBackend, TargetCollectGrace: c.TargetCollectGrace,
+		SeriesRetention:   keepIfZero(c.SeriesRetention),
 		TLS:               tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		AdminClientCAFile: c.AdminTLSClientCAFile,
 		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},

@@ -355,6 +355,23 @@ func (f *Fleet) ReportRTT(id string, rtt time.Duration) {
 	}
 }
 
+// Members are the ids and cluster ids of the registered backends.
+type Members struct {
+	IDs, Clusters map[string]struct{}
+}
+
+// Members returns the registered backends' ids and cluster ids.
+func (f *Fleet) Members() Members {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	m := Members{IDs: make(map[string]struct{}, len(f.backends)), Clusters: map[string]struct{}{}}
+	for id, b := range f.backends {
+		m.IDs[id] = struct{}{}
+		m.Clusters[b.ClusterID] = struct{}{}
+	}
+	return m
+}
+
 // States returns the published state of every backend, sorted by id.
 func (f *Fleet) States() []*State {
 	f.mu.Lock()
