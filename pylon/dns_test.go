@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -39,7 +40,7 @@ func TestHermeticGatewayDNSDiscovery(t *testing.T) {
 			records = []string{"10.0.0.1"}
 			failing bool
 		)
-		lns := map[string]*fasthttputil.InmemoryListener{"engine": fasthttputil.NewInmemoryListener(), "pylon": fasthttputil.NewInmemoryListener()}
+		lns := map[string]*fasthttputil.InmemoryListener{"engine": fasthttputil.NewInmemoryListener(), "pylon": fasthttputil.NewInmemoryListener(), "admin": fasthttputil.NewInmemoryListener()}
 		servers := make([]*fasthttp.Server, 0, 2)
 		var wg sync.WaitGroup
 		for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
@@ -84,7 +85,7 @@ func TestHermeticGatewayDNSDiscovery(t *testing.T) {
 			}
 			return slices.Clone(records), nil
 		}
-		p, err := pylon.New(cfg, pylon.Deps{Listener: lns["pylon"], Dial: dial, LookupHost: lookup, Logger: slog.New(slog.DiscardHandler)})
+		p, err := pylon.New(cfg, pylon.Deps{Listener: lns["pylon"], AdminListener: lns["admin"], Dial: dial, LookupHost: lookup, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,6 +130,19 @@ func TestHermeticGatewayDNSDiscovery(t *testing.T) {
 		if count("10.0.0.1", "DELETE", 15*time.Second, 16*time.Second) != 1 || count("10.0.0.1", "DELETE", 0, 15*time.Second) != 0 {
 			t.Fatalf("vanished replica: %+v", hits)
 		}
+		// The vanished replica's registration gauge goes (a 0 would read as failing).
+		admin := &fasthttp.HostClient{Addr: "admin", Dial: func(string) (net.Conn, error) { return lns["admin"].Dial() }}
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://admin/metrics")
+		if err := admin.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		if m := string(resp.Body()); strings.Contains(m, `router="http://10.0.0.1:8000"`) || !strings.Contains(m, `pylon_registration_stream_connected{router="http://10.0.0.2:8000"} 1`) {
+			t.Errorf("registration gauges after replica 1 vanished:\n%s", m)
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		admin.CloseIdleConnections()
 		time.Sleep(25 * time.Second) // two more heartbeats
 		synctest.Wait()
 		if n := count("10.0.0.1", "PUT", 15*time.Second+time.Millisecond, time.Hour); n != 0 {

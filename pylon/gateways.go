@@ -5,20 +5,39 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxGateways bounds the gateways a pylon keeps dispatch seqs and deliveries for: their
 // ids come from request headers, so a client sending made-up ids cannot grow the table
 // without limit. Requests naming a gateway beyond the bound are served without an echo.
+// Gateways come and go (a restarted gateway has a new id), so once the table is full a new
+// gateway takes the places of those that have dispatched nothing for gatewayIdle.
 const maxGateways = 256
+
+// gatewayIdle is how long a gateway must have dispatched nothing before a new one may take
+// its place in a full table.
+const gatewayIdle = 10 * time.Minute
+
+// touchEvery is the granularity of gatewayState.last: it is stored at most once per
+// touchEvery, so that the data path mostly only loads it.
+const touchEvery = time.Second
 
 // gatewayState is what the pylon tracks for one gateway that dispatches to it: the
 // highest dispatch seq it has admitted (echoed in x-pylon-load and registrations, so the
 // gateway drops exactly the reservations at or below it). Generations key their deliveries
 // by it.
 type gatewayState struct {
-	id  string
-	seq atomic.Uint64
+	id   string
+	seq  atomic.Uint64
+	last atomic.Int64 // when it last dispatched a request (unix ns, to touchEvery)
+}
+
+// touch records a dispatch at now (unix ns).
+func (s *gatewayState) touch(now int64) {
+	if now-s.last.Load() >= int64(touchEvery) {
+		s.last.Store(now)
+	}
 }
 
 // note raises the highest admitted seq to seq.
@@ -46,10 +65,12 @@ func (t *gatewayTable) get(id string) *gatewayState {
 	return nil
 }
 
-// add returns the state of gateway id, created on first use (id is copied); nil when
-// the table is full.
-func (t *gatewayTable) add(id string) *gatewayState {
+// add returns the state of gateway id, created on first use (id is copied), and records
+// a dispatch from it at now (unix ns). A full table first drops the gateways idle for
+// gatewayIdle; nil when none is.
+func (t *gatewayTable) add(id string, now int64) *gatewayState {
 	if s := t.get(id); s != nil {
+		s.touch(now)
 		return s
 	}
 	t.mu.Lock()
@@ -59,14 +80,19 @@ func (t *gatewayTable) add(id string) *gatewayState {
 		old = *m
 	}
 	if s := old[id]; s != nil {
+		s.touch(now)
 		return s
 	}
-	if len(old) >= maxGateways {
-		return nil
-	}
-	next := make(map[string]*gatewayState, len(old)+1)
+	next := make(map[string]*gatewayState, min(len(old)+1, maxGateways))
 	maps.Copy(next, old)
+	if len(next) >= maxGateways {
+		maps.DeleteFunc(next, func(_ string, s *gatewayState) bool { return now-s.last.Load() >= int64(gatewayIdle) })
+		if len(next) >= maxGateways {
+			return nil
+		}
+	}
 	s := &gatewayState{id: strings.Clone(id)}
+	s.last.Store(now)
 	next[s.id] = s
 	t.m.Store(&next)
 	return s

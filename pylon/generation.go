@@ -1,6 +1,7 @@
 package pylon
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -153,7 +154,12 @@ func (g *generation) appendLoadReport(sender actor.SenderContext, b []byte, gw *
 		if g.delivered == nil {
 			g.delivered = map[*gatewayState]delivery{}
 		}
-		d := g.delivered[gw]
+		d, ok := g.delivered[gw]
+		if !ok && len(g.delivered) >= maxGateways {
+			// Gateways left the table (gatewayIdle): their deliveries go with them.
+			cut := now.Add(-gatewayIdle).UnixNano()
+			maps.DeleteFunc(g.delivered, func(_ *gatewayState, d delivery) bool { return d.at < cut })
+		}
 		g.delivered[gw] = delivery{build: max(d.build, build), at: max(d.at, now.UnixNano())}
 		g.deliveredMu.Unlock()
 	}

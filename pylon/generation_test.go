@@ -150,7 +150,7 @@ func TestSnapshotCopyDoesNotAliasTheActorsEstimates(t *testing.T) {
 func TestDeliveredTo(t *testing.T) {
 	g := &generation{model: "m", gen: 1, have: true, builds: 3}
 	var gws gatewayTable
-	g1, g2 := gws.add("g1"), gws.add("g2")
+	g1, g2 := gws.add("g1", 0), gws.add("g2", 0)
 	g1.note(7)
 	if held, at := g.deliveredTo(g1); held || at != 0 {
 		t.Fatal("delivered before any response")
@@ -177,5 +177,28 @@ func TestDeliveredTo(t *testing.T) {
 	g.builds++ // rebuilt after a change
 	if held, _ := g.deliveredTo(g1); held {
 		t.Error("a newer build counted as delivered")
+	}
+}
+
+// The deliveries of gateways gone from the gateway table go once as many gateways as it
+// holds have had one: the map does not grow with every gateway that ever dispatched.
+func TestDeliveriesOfDepartedGatewaysAreDropped(t *testing.T) {
+	g := &generation{model: "m", gen: 1, have: true, builds: 1}
+	t0 := time.Unix(1000, 0)
+	for i := range maxGateways {
+		g.appendLoadReport(nil, nil, &gatewayState{id: "old"}, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	recent := &gatewayState{id: "recent"}
+	later := t0.Add(gatewayIdle)
+	g.appendLoadReport(nil, nil, recent, later) // over the bound, nothing idle long enough yet: kept
+	if got := len(g.delivered); got != maxGateways+1 {
+		t.Fatalf("%d deliveries, want %d: none was old enough to go", got, maxGateways+1)
+	}
+	g.appendLoadReport(nil, nil, &gatewayState{id: "new"}, later.Add(time.Second))
+	if got := len(g.delivered); got != 2 {
+		t.Fatalf("%d deliveries after the old ones aged past gatewayIdle, want 2", got)
+	}
+	if _, at := g.deliveredTo(recent); at != later.UnixNano() {
+		t.Errorf("a recent delivery was dropped (at %d)", at)
 	}
 }

@@ -20,6 +20,7 @@ type registrarRef struct {
 	notify    *register.Notifier
 	gateway   string
 	connected *metrics.Gauge
+	series    string // connected's name
 }
 
 // startRegistrars starts one registrar per gateway (each sends the full snapshot at once):
@@ -75,7 +76,9 @@ func (p *Pylon) resolveGateways(ctx context.Context) {
 		r := p.regs[gw]
 		delete(p.regs, gw)
 		_ = p.sys.Root.PoisonFuture(r.pid).Wait()
-		r.connected.Set(0)
+		// Its series goes too: gateway addresses change with every rollout, and a 0 left
+		// behind would read as a registration failing for good.
+		p.metrics.set.UnregisterMetric(r.series)
 		p.log.Info("gateway_vanished", "gateway", gw)
 	}
 	p.storeRegistrars()
@@ -98,7 +101,8 @@ func (p *Pylon) storeRegistrars() {
 // spawnRegistrar starts the registrar of gateway URL gw.
 func (p *Pylon) spawnRegistrar(gw string) registrarRef {
 	router := escape(gw)
-	connected := p.metrics.gauge(mRegistrationConn + `{router="` + router + `"}`)
+	series := p.metrics.prefix + mRegistrationConn + `{router="` + router + `"}`
+	connected := p.metrics.set.GetOrCreateGauge(series, nil)
 	notify := &register.Notifier{}
 	pid := p.sys.Root.Spawn(register.Props(
 		register.Config{
@@ -115,7 +119,7 @@ func (p *Pylon) spawnRegistrar(gw string) registrarRef {
 				}
 			},
 		}))
-	return registrarRef{pid: pid, notify: notify, gateway: gw, connected: connected}
+	return registrarRef{pid: pid, notify: notify, gateway: gw, connected: connected, series: series}
 }
 
 // deregister stops the registrars and sends DELETE to every gateway (the DNS loop has
