@@ -107,41 +107,69 @@ type ttftSeries struct {
 	ratio    *metrics.PrometheusHistogram
 	seconds  *metrics.PrometheusHistogram
 	exceeded *metrics.Counter
-	names    [3]string // the three above
+	names    [3]string   // the three above
+	dropped  atomic.Bool // unregistered by the sweep (see droppable)
 }
 
 // ttft returns the TTFT-estimate error series of t's model and cluster.
 func (ts *targetSeries) ttft(cluster string) *ttftSeries {
-	if s := ts.lastTTFT.Load(); s != nil && s.cluster == cluster {
+	if s := ts.lastTTFT.Load(); s != nil && s.cluster == cluster && !s.dropped.Load() {
 		return s
 	}
-	if s, ok := ts.ttfts.Load(cluster); ok {
-		ts.lastTTFT.Store(s.(*ttftSeries))
-		return s.(*ttftSeries)
-	}
-	m, model := ts.m, ts.t.Model
-	s := &ttftSeries{cluster: cluster, names: [3]string{
-		m.series(mTTFTErrorRatio, "model", model, "cluster_id", cluster),
-		m.series(mTTFTErrorSeconds, "model", model, "cluster_id", cluster),
-		m.series(mTTFTExceeded, "model", model, "cluster_id", cluster),
-	}}
-	s.ratio = m.set.GetOrCreatePrometheusHistogramExt(s.names[0], ttftRatioBuckets)
-	s.seconds = m.set.GetOrCreatePrometheusHistogramExt(s.names[1], ttftSecondsBuckets)
-	s.exceeded = m.set.GetOrCreateCounter(s.names[2])
-	v, _ := ts.ttfts.LoadOrStore(cluster, s)
-	return v.(*ttftSeries)
+	s := loadLive(&ts.ttfts, cluster, func() *ttftSeries {
+		m, model := ts.m, ts.t.Model
+		s := &ttftSeries{cluster: cluster, names: [3]string{
+			m.series(mTTFTErrorRatio, "model", model, "cluster_id", cluster),
+			m.series(mTTFTErrorSeconds, "model", model, "cluster_id", cluster),
+			m.series(mTTFTExceeded, "model", model, "cluster_id", cluster),
+		}}
+		s.ratio = m.set.GetOrCreatePrometheusHistogramExt(s.names[0], ttftRatioBuckets)
+		s.seconds = m.set.GetOrCreatePrometheusHistogramExt(s.names[1], ttftSecondsBuckets)
+		s.exceeded = m.set.GetOrCreateCounter(s.names[2])
+		return s
+	})
+	ts.lastTTFT.Store(s)
+	return s
 }
 
 // ttftOf returns the TTFT-estimate error series of cluster, cached on the series of the
 // backend that served the attempt (a backend stays in its cluster): no lookup by name
 // per request.
 func (ts *targetSeries) ttftOf(bs *backendSeries, cluster string) *ttftSeries {
-	if s := bs.ttft.Load(); s != nil && s.cluster == cluster {
+	if s := bs.ttft.Load(); s != nil && s.cluster == cluster && !s.dropped.Load() {
 		return s
 	}
 	s := ts.ttft(cluster)
 	bs.ttft.Store(s)
 	return s
+}
+
+// droppable is a set of series the sweep may drop (seriessweep.go). It unregisters them
+// first and then marks them dropped, so a lookup that finds them dropped makes them anew
+// (registered again) rather than counting into series no longer shown.
+type droppable interface{ isDropped() bool }
+
+func (s *ttftSeries) isDropped() bool { return s.dropped.Load() }
+
+// loadLive returns m's value under key unless it was dropped, else the one fresh makes,
+// stored in its place.
+func loadLive[T droppable](m *sync.Map, key string, fresh func() T) T {
+	if v, ok := m.Load(key); ok {
+		if s, _ := v.(T); !s.isDropped() {
+			return s
+		}
+	}
+	s := fresh()
+	for {
+		v, loaded := m.LoadOrStore(key, s)
+		if !loaded {
+			return s
+		}
+		if old, _ := v.(T); !old.isDropped() {
+			return old
+		}
+		m.CompareAndDelete(key, v) // dropped, on its way out of the map
+	}
 }
 
 // observe records one attempt's TTFT estimate (> 0) against its observed time to first
@@ -172,12 +200,15 @@ type backendSeries struct {
 	// ttft is the TTFT-estimate error series of the backend's cluster (see ttftOf).
 	ttft atomic.Pointer[ttftSeries]
 	// others holds the counters of the other attempt results and request statuses,
-	// created on first use under mu; dropped says the series are unregistered, so that
-	// none is created after (a late request's count is then not kept).
+	// created on first use under mu; dropped says the series are unregistered (see
+	// droppable), and no other counter is made for them after (a late request holding
+	// them is then not counted).
 	others  sync.Map // otherKey → *otherCounter
 	mu      sync.Mutex
-	dropped bool
+	dropped atomic.Bool
 }
+
+func (bs *backendSeries) isDropped() bool { return bs.dropped.Load() }
 
 // otherKey names one of a backend's other counters: the metric and its last label's value.
 type otherKey struct{ name, value string }
@@ -199,7 +230,7 @@ func (ts *targetSeries) other(bs *backendSeries, name, label, value string) *met
 	if o, ok := bs.others.Load(k); ok {
 		return o.(*otherCounter).c
 	}
-	if bs.dropped {
+	if bs.dropped.Load() {
 		return new(metrics.Counter) // counted nowhere: the backend's series are gone
 	}
 	series := ts.m.series(name, "routing_key", ts.t.RoutingKey, "model", ts.t.Model, "inference_server_id", bs.id, label, value)
@@ -227,24 +258,23 @@ func (m *gatewayMetrics) target(t dispatch.Target) *targetSeries {
 
 // backend returns the series of t's requests served by backend id.
 func (ts *targetSeries) backend(id string) *backendSeries {
-	if bs := ts.lastBackend.Load(); bs != nil && bs.id == id {
+	if bs := ts.lastBackend.Load(); bs != nil && bs.id == id && !bs.dropped.Load() {
 		return bs
 	}
-	if bs, ok := ts.backends.Load(id); ok {
-		ts.lastBackend.Store(bs.(*backendSeries))
-		return bs.(*backendSeries)
-	}
-	m, t := ts.m, ts.t
-	bs := &backendSeries{id: id, names: [3]string{
-		m.series(mProxyDuration, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id),
-		m.series(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "result", "upstream_200"),
-		m.series(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "status", "200"),
-	}}
-	bs.proxyDuration = m.set.GetOrCreatePrometheusHistogramExt(bs.names[0], proxyBuckets)
-	bs.attempts200 = m.set.GetOrCreateCounter(bs.names[1])
-	bs.requests200 = m.set.GetOrCreateCounter(bs.names[2])
-	v, _ := ts.backends.LoadOrStore(id, bs)
-	return v.(*backendSeries)
+	bs := loadLive(&ts.backends, id, func() *backendSeries {
+		m, t := ts.m, ts.t
+		bs := &backendSeries{id: id, names: [3]string{
+			m.series(mProxyDuration, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id),
+			m.series(mAttempts, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "result", "upstream_200"),
+			m.series(mRequests, "routing_key", t.RoutingKey, "model", t.Model, "inference_server_id", id, "status", "200"),
+		}}
+		bs.proxyDuration = m.set.GetOrCreatePrometheusHistogramExt(bs.names[0], proxyBuckets)
+		bs.attempts200 = m.set.GetOrCreateCounter(bs.names[1])
+		bs.requests200 = m.set.GetOrCreateCounter(bs.names[2])
+		return bs
+	})
+	ts.lastBackend.Store(bs)
+	return bs
 }
 
 // attempt counts an upstream attempt's result (upstream_<status> or proxy_502).

@@ -88,20 +88,18 @@ func (m *gatewayMetrics) seriesOwners() (backends, clusters map[string]struct{})
 	return backends, clusters
 }
 
-// dropBackend unregisters the series of backend id in every target. A request still
-// holding them counts into series no longer shown.
+// dropBackend unregisters the series of backend id in every target, then marks them
+// dropped (see droppable) and forgets them. A request still holding them counts into
+// series no longer shown.
 func (m *gatewayMetrics) dropBackend(id string) {
 	m.targets.Range(func(_, v any) bool {
 		ts, _ := v.(*targetSeries)
-		b, ok := ts.backends.LoadAndDelete(id)
+		b, ok := ts.backends.Load(id)
 		if !ok {
 			return true
 		}
 		bs, _ := b.(*backendSeries)
-		ts.lastBackend.CompareAndSwap(bs, nil)
-		bs.mu.Lock()
-		bs.dropped = true
-		bs.mu.Unlock()
+		bs.mu.Lock() // no other counter is made meanwhile
 		for _, name := range bs.names {
 			m.set.UnregisterMetric(name)
 		}
@@ -109,28 +107,34 @@ func (m *gatewayMetrics) dropBackend(id string) {
 			m.set.UnregisterMetric(o.(*otherCounter).series) //nolint:forcetypeassert // the map's value type
 			return true
 		})
+		bs.dropped.Store(true)
+		bs.mu.Unlock()
+		ts.backends.CompareAndDelete(id, bs)
+		ts.lastBackend.CompareAndSwap(bs, nil)
 		return true
 	})
 }
 
-// dropCluster unregisters the TTFT-estimate series of cluster in every target, and
-// forgets them where backends' series cached them.
+// dropCluster unregisters the TTFT-estimate series of cluster in every target, then
+// marks them dropped and forgets them.
 func (m *gatewayMetrics) dropCluster(cluster string) {
 	m.targets.Range(func(_, v any) bool {
 		ts, _ := v.(*targetSeries)
-		t, ok := ts.ttfts.LoadAndDelete(cluster)
+		t, ok := ts.ttfts.Load(cluster)
 		if !ok {
 			return true
 		}
 		s, _ := t.(*ttftSeries)
+		for _, name := range s.names {
+			m.set.UnregisterMetric(name)
+		}
+		s.dropped.Store(true)
+		ts.ttfts.CompareAndDelete(cluster, s)
 		ts.lastTTFT.CompareAndSwap(s, nil)
 		ts.backends.Range(func(_, b any) bool {
 			b.(*backendSeries).ttft.CompareAndSwap(s, nil) //nolint:forcetypeassert // the map's value type
 			return true
 		})
-		for _, name := range s.names {
-			m.set.UnregisterMetric(name)
-		}
 		return true
 	})
 }

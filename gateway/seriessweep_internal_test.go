@@ -99,4 +99,15 @@ func TestDroppedSeriesStayDropped(t *testing.T) {
 	if ts.ttftOf(keep, "c") == tt || !strings.Contains(m.text(), `cluster_id="c"`) {
 		t.Fatal("the cluster's series were not made again on use")
 	}
+
+	// A lookup that raced the drop and cached the dropped series again: they are not used.
+	ts.lastBackend.Store(bs)
+	keep.ttft.Store(tt)
+	ts.lastTTFT.Store(tt)
+	if nb := ts.backend("a"); nb == bs || !strings.Contains(m.text(), `inference_server_id="a"`) {
+		t.Fatal("a dropped backend's cached series were used again")
+	}
+	if ts.ttftOf(keep, "c") == tt || ts.ttft("c") == tt {
+		t.Fatal("a dropped cluster's cached series were used again")
+	}
 }
