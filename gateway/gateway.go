@@ -353,7 +353,8 @@ type Gateway struct {
 	upstream             *relay.Conns    // every pylon connection, for the headers timeout
 	handoff              *handoff.Server // event streams relayed off the server's goroutines (stream.go)
 	stopWatch, watchDone chan struct{}
-	sweepDone            chan struct{} // the series sweep's loop has returned (stopWatch stops it too)
+	stopSweep            context.CancelFunc // stops the series sweep (seriessweep.go)
+	sweepDone            chan struct{}      // the series sweep has returned
 	fleet                *fleet.Fleet
 	lbcfg                atomic.Pointer[lbconfig.Config]
 	lastResolved         atomic.Pointer[resolved]
@@ -455,11 +456,13 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	// (or a CPU profile on the admin listener) may take as long as it needs.
 	httpserver.Apply(g.server, cfg.ServerLimits, g.serverTLS != nil)
 	httpserver.Apply(g.admin, cfg.ServerLimits, g.adminTLS != nil)
+	var sweepCtx context.Context
+	sweepCtx, g.stopSweep = context.WithCancel(context.Background())
 	g.sweepDone = make(chan struct{})
 	go func() {
 		defer close(g.sweepDone)
 		if cfg.SeriesRetention > 0 {
-			g.sweepSeries(g.stopWatch)
+			g.sweepSeries(sweepCtx)
 		}
 	}()
 	return g, nil
@@ -622,6 +625,7 @@ func (g *Gateway) Close() {
 	g.sys.Shutdown()
 	close(g.stopWatch)
 	<-g.watchDone
+	g.stopSweep()
 	<-g.sweepDone
 }
 

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"time"
 
+	"github.com/switchyard/switchyard/actors"
 	"github.com/switchyard/switchyard/gateway/fleet"
 )
 
@@ -145,19 +147,12 @@ func sweepEvery(retention time.Duration) time.Duration {
 	return min(max(retention/10, time.Second), time.Minute)
 }
 
-// sweepSeries runs the sweep until stop is closed.
-func (g *Gateway) sweepSeries(stop <-chan struct{}) {
+// sweepSeries runs the sweep until ctx is done.
+func (g *Gateway) sweepSeries(ctx context.Context) {
 	s := newSeriesSweeper(g.metrics, g.cfg.SeriesRetention)
-	t := time.NewTicker(sweepEvery(g.cfg.SeriesRetention))
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			if b, c := s.sweep(g.deps.Now(), g.fleet.Members()); b+c > 0 {
-				g.log.Info("series_dropped", "backends", b, "clusters", c, "retention", g.cfg.SeriesRetention.String())
-			}
+	actors.Every(ctx, sweepEvery(g.cfg.SeriesRetention), func() {
+		if b, c := s.sweep(g.deps.Now(), g.fleet.Members()); b+c > 0 {
+			g.log.Info("series_dropped", "backends", b, "clusters", c, "retention", g.cfg.SeriesRetention.String())
 		}
-	}
+	})
 }
