@@ -184,9 +184,10 @@ type Config struct {
 	AccessLogErrors bool
 	// Seed seeds the balancers' randomness, mixed with GatewayID (replicaSeed).
 	Seed uint64
-	// SeriesRetention is how long the metric series of a backend, and of a cluster, that
-	// left the fleet are kept before they are dropped (seriessweep.go; 0 =
-	// DefaultSeriesRetention, < 0 = kept for as long as the process runs).
+	// SeriesRetention is how long the metric series of a backend or cluster that left the
+	// fleet, and of a routing target no backend serves, are kept before they are dropped
+	// (seriessweep.go; 0 = DefaultSeriesRetention, < 0 = kept for as long as the process
+	// runs).
 	SeriesRetention time.Duration
 }
 

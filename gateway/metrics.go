@@ -76,7 +76,10 @@ type gatewayMetrics struct {
 	infl   *metrics.Gauge
 	// cache maps a series (name + label values) to its counter or histogram so the hot
 	// path does not format series names per request.
-	cache sync.Map // seriesKey → *metrics.Counter | *metrics.PrometheusHistogram
+	// An entry made before the latest sweep that dropped series (cacheGen) is looked up
+	// again.
+	cache    sync.Map // seriesKey → cachedCounter
+	cacheGen atomic.Uint64
 	// targets holds the series a routed request touches, per routing target, so the
 	// per-request path does one lookup per target and one per backend instead of one per
 	// series.
@@ -99,7 +102,10 @@ type targetSeries struct {
 	// looked up.
 	ttfts    sync.Map // cluster id → *ttftSeries
 	lastTTFT atomic.Pointer[ttftSeries]
+	dropped  atomic.Bool // unregistered by the sweep (see droppable)
 }
+
+func (ts *targetSeries) isDropped() bool { return ts.dropped.Load() }
 
 // ttftSeries are the TTFT-estimate error series of one model and cluster.
 type ttftSeries struct {
@@ -153,7 +159,7 @@ func (s *ttftSeries) isDropped() bool { return s.dropped.Load() }
 
 // loadLive returns m's value under key unless it was dropped, else the one fresh makes,
 // stored in its place.
-func loadLive[T droppable](m *sync.Map, key string, fresh func() T) T {
+func loadLive[K comparable, T droppable](m *sync.Map, key K, fresh func() T) T {
 	if v, ok := m.Load(key); ok {
 		if s, _ := v.(T); !s.isDropped() {
 			return s
@@ -241,19 +247,22 @@ func (ts *targetSeries) other(bs *backendSeries, name, label, value string) *met
 
 // target returns t's series, creating them on first use.
 func (m *gatewayMetrics) target(t dispatch.Target) *targetSeries {
-	if ts, ok := m.targets.Load(t); ok {
-		return ts.(*targetSeries)
+	if v, ok := m.targets.Load(t); ok {
+		if ts, _ := v.(*targetSeries); !ts.dropped.Load() {
+			return ts
+		}
 	}
-	ts := &targetSeries{
-		m:        m,
-		t:        t,
-		replay:   m.set.GetOrCreatePrometheusHistogramExt(m.series(mReplayBytes, "model", t.Model), replayBuckets),
-		overhead: m.set.GetOrCreatePrometheusHistogramExt(m.series(mOverhead, "model", t.Model), overheadBucket),
-		routing:  m.set.GetOrCreatePrometheusHistogramExt(m.series(mRoutingDuration, "routing_key", t.RoutingKey, "model", t.Model), routingBuckets),
-	}
-	m.zeroTarget(t)
-	v, _ := m.targets.LoadOrStore(t, ts)
-	return v.(*targetSeries)
+	return loadLive(&m.targets, t, func() *targetSeries {
+		ts := &targetSeries{
+			m:        m,
+			t:        t,
+			replay:   m.set.GetOrCreatePrometheusHistogramExt(m.series(mReplayBytes, "model", t.Model), replayBuckets),
+			overhead: m.set.GetOrCreatePrometheusHistogramExt(m.series(mOverhead, "model", t.Model), overheadBucket),
+			routing:  m.set.GetOrCreatePrometheusHistogramExt(m.series(mRoutingDuration, "routing_key", t.RoutingKey, "model", t.Model), routingBuckets),
+		}
+		m.zeroTarget(t)
+		return ts
+	})
 }
 
 // backend returns the series of t's requests served by backend id.
@@ -362,17 +371,26 @@ func (m *gatewayMetrics) series(name string, kv ...string) string {
 	return b.String()
 }
 
+// cachedCounter is a counter in gatewayMetrics.cache, and the cacheGen it was found in.
+type cachedCounter struct {
+	c   *metrics.Counter
+	gen uint64
+}
+
 func (m *gatewayMetrics) inc(name string, kv ...string) {
 	k, ok := keyOf(name, kv)
+	gen := m.cacheGen.Load()
 	if ok {
-		if c, found := m.cache.Load(k); found {
-			c.(*metrics.Counter).Inc()
-			return
+		if v, found := m.cache.Load(k); found {
+			if cc, _ := v.(cachedCounter); cc.gen == gen {
+				cc.c.Inc()
+				return
+			}
 		}
 	}
 	c := m.set.GetOrCreateCounter(m.series(name, kv...))
 	if ok {
-		m.cache.Store(k, c)
+		m.cache.Store(k, cachedCounter{c: c, gen: gen})
 	}
 	c.Inc()
 }

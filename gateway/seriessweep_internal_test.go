@@ -16,6 +16,9 @@ func (m *gatewayMetrics) text() string {
 	return b.String()
 }
 
+// alive keeps every routing target.
+func alive(dispatch.Target) bool { return true }
+
 func members(ids ...string) fleet.Members {
 	m := fleet.Members{IDs: map[string]struct{}{}, Clusters: map[string]struct{}{}}
 	for _, id := range ids {
@@ -42,14 +45,14 @@ func TestSeriesSweepRetention(t *testing.T) {
 	s := newSeriesSweeper(m, 5*time.Minute)
 	t0 := time.Unix(1_000_000, 0)
 
-	if b, c := s.sweep(t0, members("b")); b+c != 0 { // a found gone: its clock starts
-		t.Fatalf("first sweep with a gone dropped %d backends and %d clusters, want none yet", b, c)
+	if n := s.sweep(t0, members("b"), alive); n.backends+n.clusters != 0 {
+		t.Fatalf("first sweep with a gone (its clock starts) dropped %+v, want nothing yet", n)
 	}
-	if b, _ := s.sweep(t0.Add(4*time.Minute), members("b")); b != 0 || !has(`inference_server_id="a"`) {
+	if b := s.sweep(t0.Add(4*time.Minute), members("b"), alive).backends; b != 0 || !has(`inference_server_id="a"`) {
 		t.Fatalf("within the retention: dropped %d, series of a present %v", b, has(`inference_server_id="a"`))
 	}
-	if b, c := s.sweep(t0.Add(5*time.Minute), members("b")); b != 1 || c != 1 {
-		t.Fatalf("at the retention: dropped %d backends and %d clusters, want 1 and 1", b, c)
+	if n := s.sweep(t0.Add(5*time.Minute), members("b"), alive); n.backends != 1 || n.clusters != 1 {
+		t.Fatalf("at the retention: dropped %+v, want 1 backend and 1 cluster", n)
 	}
 	if has(`inference_server_id="a"`) || has(`cluster_id="c-a"`) {
 		t.Fatalf("a's series stayed:\n%s", m.text())
@@ -59,17 +62,17 @@ func TestSeriesSweepRetention(t *testing.T) {
 	}
 
 	// b leaves, comes back before the retention: kept.
-	s.sweep(t0.Add(6*time.Minute), members())
-	s.sweep(t0.Add(7*time.Minute), members("b"))
-	if b, _ := s.sweep(t0.Add(12*time.Minute), members("b")); b != 0 || !has(`inference_server_id="b"`) {
+	s.sweep(t0.Add(6*time.Minute), members(), alive)
+	s.sweep(t0.Add(7*time.Minute), members("b"), alive)
+	if b := s.sweep(t0.Add(12*time.Minute), members("b"), alive).backends; b != 0 || !has(`inference_server_id="b"`) {
 		t.Fatalf("b back within the retention: dropped %d", b)
 	}
 
 	// A request that finishes late for a (gone) makes its series again: swept again.
 	use("a")
-	s.sweep(t0.Add(13*time.Minute), members("b"))
-	if b, c := s.sweep(t0.Add(18*time.Minute), members("b")); b != 1 || c != 1 || has(`inference_server_id="a"`) {
-		t.Fatalf("a's late series: dropped %d backends and %d clusters; still shown %v", b, c, has(`inference_server_id="a"`))
+	s.sweep(t0.Add(13*time.Minute), members("b"), alive)
+	if n := s.sweep(t0.Add(18*time.Minute), members("b"), alive); n.backends != 1 || n.clusters != 1 || has(`inference_server_id="a"`) {
+		t.Fatalf("a's late series: dropped %+v; still shown %v", n, has(`inference_server_id="a"`))
 	}
 	if len(s.backends) != 0 || len(s.clusters) != 0 {
 		t.Fatalf("the sweeper still tracks %v and %v", s.backends, s.clusters)
@@ -109,5 +112,60 @@ func TestDroppedSeriesStayDropped(t *testing.T) {
 	}
 	if ts.ttftOf(keep, "c") == tt || ts.ttft("c") == tt {
 		t.Fatal("a dropped cluster's cached series were used again")
+	}
+}
+
+// A routing target without a scheduler for the retention loses every series labelled
+// with it, its backends' and its model's included; a target still served keeps its own,
+// and a counter cached before the drop is looked up again.
+func TestSeriesSweepDropsDepartedTargets(t *testing.T) {
+	m := newMetrics("x_")
+	gone, kept := dispatch.Target{Model: `lora-"a"`}, dispatch.Target{RoutingKey: "k", Model: "base"}
+	for _, tg := range []dispatch.Target{gone, kept} {
+		ts := m.target(tg)
+		ts.attempt(ts.backend("p1"), 200)
+		ts.request("p1", 503)
+		ts.replay.Update(10)
+		m.Rejected(tg, dispatch.ReasonNoCandidates)
+	}
+	live := func(tg dispatch.Target) bool { return tg == kept }
+	s := newSeriesSweeper(m, time.Minute)
+	t0 := time.Unix(1_000_000, 0)
+	s.sweep(t0, members("p1"), live)
+	if n := s.sweep(t0.Add(time.Minute), members("p1"), live); n.targets != 1 || n.backends != 0 {
+		t.Fatalf("dropped %+v, want 1 target and no backend", n)
+	}
+	text := m.text()
+	if strings.Contains(text, `model="lora-\"a\""`) {
+		t.Fatalf("the departed target's series stayed:\n%s", text)
+	}
+	for _, want := range []string{`x_routing_rejections_total{routing_key="k",model="base"`, `inference_server_id="p1"`, `x_proxy_replay_buffer_bytes_count{model="base"}`} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("the target still served lost %s:\n%s", want, text)
+		}
+	}
+	m.Rejected(gone, dispatch.ReasonNoCandidates) // cached before the drop
+	if !strings.Contains(m.text(), `model="lora-\"a\""`) {
+		t.Fatal("a count after the drop went to a stale cached counter")
+	}
+	if n := len(m.targetOwners()); n != 2 {
+		t.Fatalf("%d targets own series, want 2 (the new count's too, so a later sweep finds it)", n)
+	}
+}
+
+func TestTargetOf(t *testing.T) {
+	for name, want := range map[string]dispatch.Target{
+		`x_a_total{routing_key="",model="m",reason="r"}`:        {Model: "m"},
+		`x_a{routing_key="k\\1",model="q\"uo\nte"}`:             {RoutingKey: `k\1`, Model: "q\"uo\nte"},
+		`x_routing_duration_seconds{routing_key="k",model="m"}`: {RoutingKey: "k", Model: "m"},
+	} {
+		if got, ok := targetOf(name); !ok || got != want {
+			t.Errorf("targetOf(%s) = %+v %v, want %+v", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{`x_replay_bytes{model="m"}`, `x_b{routing_key="k"}`, `x_c{routing_key="k,model="m"`} {
+		if _, ok := targetOf(name); ok {
+			t.Errorf("targetOf(%s) found a target", name)
+		}
 	}
 }

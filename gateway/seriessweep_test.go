@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -92,4 +93,54 @@ func TestDepartedBackendSeriesAreDropped(t *testing.T) {
 			t.Fatalf("p1 registered again: its series did not start again from zero:\n%s", m)
 		}
 	})
+}
+
+// A routing target no backend serves any more (its model gone) loses its series once its
+// scheduler has been collected for the retention; the series of requests for unknown
+// models (the empty target) stay.
+func TestDepartedTargetSeriesAreDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, gateway.Config{SeriesRetention: 5 * time.Minute, TargetCollectGrace: 5 * time.Second}, "")
+		ok := func(_ int, ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"ok":true}`)
+		}
+		p := h.pylon("p1", "c1", idleLoad(), ok)
+		registerModel(h, p, "adapter-1")
+		if r := h.do("POST", "/v1/chat/completions", []byte(`{"model":"adapter-1","messages":[{"role":"user","content":"hi"}]}`), nil); r.status != 200 {
+			t.Fatalf("adapter-1: %d %s", r.status, r.body)
+		}
+		if r := h.do("POST", "/v1/chat/completions", []byte(`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`), nil); r.status != 404 {
+			t.Fatalf("unknown model: %d %s", r.status, r.body)
+		}
+		const unknown = `requests_total{routing_key="",model="",inference_server_id="",status="404"} 1`
+		if m := h.do("GET", "/metrics", nil, nil).body; !strings.Contains(m, `model="adapter-1"`) || !strings.Contains(m, unknown) {
+			t.Fatalf("before: no adapter-1 or unknown-model series:\n%s", m)
+		}
+		for range 7 { // the engine unloads the adapter: p1 now serves m only
+			h.register(p)
+			time.Sleep(time.Minute)
+		}
+		m := h.do("GET", "/metrics", nil, nil).body
+		if strings.Contains(m, `model="adapter-1"`) {
+			t.Fatalf("7 minutes after adapter-1 left (retention 5m): its series stayed:\n%s", m)
+		}
+		if !strings.Contains(m, unknown) {
+			t.Fatalf("the unknown-model series went:\n%s", m)
+		}
+	})
+}
+
+// registerModel registers p serving model alone.
+func registerModel(h *harness, p *fakePylon, model string) {
+	h.t.Helper()
+	reg := wire.Registration{
+		ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: 60_000,
+		Models: map[string]wire.Model{model: {Status: wire.StatusActive, Generation: 1, Stats: wire.StatsFromLoad(&p.load)}},
+	}
+	body, _ := json.Marshal(reg)
+	if r := h.do("PUT", wire.RegistrationPath+p.id, body, nil); r.status != 200 {
+		h.t.Fatalf("register %s: %d %s", p.id, r.status, r.body)
+	}
+	synctest.Wait()
 }
