@@ -195,7 +195,12 @@ func (h *harness) register(p *fakePylon) {
 // registerBeating is register with a heartbeat of hbMs: the backend expires three
 // heartbeats (at least the gateway's MinExpiry) later unless registered again.
 func (h *harness) registerBeating(p *fakePylon, hbMs uint64) {
-	const model = "m"
+	h.t.Helper()
+	h.registerModel(p, "m", hbMs)
+}
+
+// registerModel is registerBeating with p serving model alone.
+func (h *harness) registerModel(p *fakePylon, model string, hbMs uint64) {
 	h.t.Helper()
 	reg := wire.Registration{
 		ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: hbMs,

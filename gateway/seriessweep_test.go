@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -106,7 +105,7 @@ func TestDepartedTargetSeriesAreDropped(t *testing.T) {
 			ctx.SetBodyString(`{"ok":true}`)
 		}
 		p := h.pylon("p1", "c1", idleLoad(), ok)
-		registerModel(h, p, "adapter-1")
+		h.registerModel(p, "adapter-1", 60_000)
 		if r := h.do("POST", "/v1/chat/completions", []byte(`{"model":"adapter-1","messages":[{"role":"user","content":"hi"}]}`), nil); r.status != 200 {
 			t.Fatalf("adapter-1: %d %s", r.status, r.body)
 		}
@@ -129,18 +128,4 @@ func TestDepartedTargetSeriesAreDropped(t *testing.T) {
 			t.Fatalf("the unknown-model series went:\n%s", m)
 		}
 	})
-}
-
-// registerModel registers p serving model alone.
-func registerModel(h *harness, p *fakePylon, model string) {
-	h.t.Helper()
-	reg := wire.Registration{
-		ID: p.id, URL: "http://" + p.addr, ClusterID: p.cluster, HeartbeatMs: 60_000,
-		Models: map[string]wire.Model{model: {Status: wire.StatusActive, Generation: 1, Stats: wire.StatsFromLoad(&p.load)}},
-	}
-	body, _ := json.Marshal(reg)
-	if r := h.do("PUT", wire.RegistrationPath+p.id, body, nil); r.status != 200 {
-		h.t.Fatalf("register %s: %d %s", p.id, r.status, r.body)
-	}
-	synctest.Wait()
 }
