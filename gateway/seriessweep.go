@@ -227,8 +227,8 @@ func unquote(s string) (value, rest string, ok bool) {
 }
 
 // dropTarget unregisters every series of target t: those labelled with its routing key
-// and model (its backends' included), and the per-model ones when no other target has
-// the model. The cached lookups of them (the target's, its backends', the counter cache)
+// and model (its backends' included), and the per-model ones (its TTFT-estimate series
+// included) when no other target has the model. The cached lookups of them (the target's, its backends', the counter cache)
 // are marked stale.
 func (m *gatewayMetrics) dropTarget(t dispatch.Target) {
 	var ts *targetSeries
@@ -245,8 +245,8 @@ func (m *gatewayMetrics) dropTarget(t dispatch.Target) {
 		})
 	}
 	marker := `{routing_key="` + escape(t.RoutingKey) + `",model="` + escape(t.Model) + `"`
-	modelOnly := `{model="` + escape(t.Model) + `"}`
-	shared := false // another target has the model: its per-model series stay
+	byModel := `{model="` + escape(t.Model) + `"` // the per-model series: replay, overhead, TTFT estimates
+	shared := false                               // another target has the model: its per-model series stay
 	m.targets.Range(func(k, v any) bool {
 		o, _ := k.(dispatch.Target)
 		ots, _ := v.(*targetSeries)
@@ -254,9 +254,15 @@ func (m *gatewayMetrics) dropTarget(t dispatch.Target) {
 		return !shared
 	})
 	for _, name := range m.set.ListMetricNames() {
-		if strings.Contains(name, marker) || (!shared && strings.HasSuffix(name, modelOnly)) {
+		if strings.Contains(name, marker) || (!shared && (strings.Contains(name, byModel+"}") || strings.Contains(name, byModel+","))) {
 			m.set.UnregisterMetric(name)
 		}
+	}
+	if ts != nil && !shared {
+		ts.ttfts.Range(func(_, v any) bool {
+			v.(*ttftSeries).dropped.Store(true) //nolint:forcetypeassert // the map's value type
+			return true
+		})
 	}
 	for _, bs := range held {
 		bs.dropped.Store(true)

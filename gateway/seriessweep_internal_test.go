@@ -123,6 +123,7 @@ func TestSeriesSweepDropsDepartedTargets(t *testing.T) {
 	gone, kept := dispatch.Target{Model: `lora-"a"`}, dispatch.Target{RoutingKey: "k", Model: "base"}
 	for _, tg := range []dispatch.Target{gone, kept} {
 		ts := m.target(tg)
+		ts.ttftOf(ts.backend("p1"), "c-p1").observe(time.Second, time.Second)
 		ts.attempt(ts.backend("p1"), 200)
 		ts.request("p1", 503)
 		ts.replay.Update(10)
@@ -139,7 +140,10 @@ func TestSeriesSweepDropsDepartedTargets(t *testing.T) {
 	if strings.Contains(text, `model="lora-\"a\""`) {
 		t.Fatalf("the departed target's series stayed:\n%s", text)
 	}
-	for _, want := range []string{`x_routing_rejections_total{routing_key="k",model="base"`, `inference_server_id="p1"`, `x_proxy_replay_buffer_bytes_count{model="base"}`} {
+	for _, want := range []string{
+		`x_routing_rejections_total{routing_key="k",model="base"`, `inference_server_id="p1"`,
+		`x_proxy_replay_buffer_bytes_count{model="base"}`, `x_ttft_estimate_exceeded_total{model="base",cluster_id="c-p1"}`,
+	} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("the target still served lost %s:\n%s", want, text)
 		}
