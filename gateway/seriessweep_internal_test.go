@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,4 +173,30 @@ func TestTargetOf(t *testing.T) {
 			t.Errorf("targetOf(%s) found a target", name)
 		}
 	}
+}
+
+// BenchmarkSeriesSweep is one sweep of a gateway whose 4 096 backends all served one
+// target (about 29 000 registered series, a histogram counting once), nothing gone: the steady cost of the sweep, once a
+// minute. go test -run '^$' -bench SeriesSweep ./gateway/
+func BenchmarkSeriesSweep(b *testing.B) {
+	m := newMetrics("x_")
+	ts := m.target(dispatch.Target{Model: "m"})
+	ids := make([]string, 4096)
+	for i := range ids {
+		ids[i] = "pod-" + strconv.Itoa(i)
+		bs := ts.backend(ids[i])
+		ts.attempt(bs, 200)
+		ts.attempt(bs, 503)
+		ts.request(ids[i], 200)
+		ts.ttftOf(bs, "c-"+ids[i]).observe(time.Second, 2*time.Second)
+	}
+	all := members(ids...)
+	s := newSeriesSweeper(m, time.Minute)
+	now := time.Unix(1_000_000, 0)
+	for b.Loop() {
+		if n := s.sweep(now, all, alive); n != (swept{}) {
+			b.Fatalf("dropped %+v", n)
+		}
+	}
+	b.ReportMetric(float64(len(m.set.ListMetricNames())), "series")
 }
