@@ -33,6 +33,18 @@ type gatewayState struct {
 	last atomic.Int64 // when it last dispatched a request (unix ns, to touchEvery)
 }
 
+// idle reports whether the gateway has dispatched nothing for gatewayIdle at now (unix ns).
+func (s *gatewayState) idle(now int64) bool { return now-s.last.Load() >= int64(gatewayIdle) }
+
+func anyIdle(m map[string]*gatewayState, now int64) bool {
+	for _, s := range m {
+		if s.idle(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // touch records a dispatch at now (unix ns).
 func (s *gatewayState) touch(now int64) {
 	if now-s.last.Load() >= int64(touchEvery) {
@@ -83,13 +95,14 @@ func (t *gatewayTable) add(id string, now int64) *gatewayState {
 		s.touch(now)
 		return s
 	}
+	full := len(old) >= maxGateways
+	if full && !anyIdle(old, now) {
+		return nil // refused before copying the table: a made-up id costs a scan, no allocation
+	}
 	next := make(map[string]*gatewayState, min(len(old)+1, maxGateways))
 	maps.Copy(next, old)
-	if len(next) >= maxGateways {
-		maps.DeleteFunc(next, func(_ string, s *gatewayState) bool { return now-s.last.Load() >= int64(gatewayIdle) })
-		if len(next) >= maxGateways {
-			return nil
-		}
+	if full {
+		maps.DeleteFunc(next, func(_ string, s *gatewayState) bool { return s.idle(now) })
 	}
 	s := &gatewayState{id: strings.Clone(id)}
 	s.last.Store(now)

@@ -49,6 +49,9 @@ func TestGatewayTableMakesRoomForNewGateways(t *testing.T) {
 	if gws.add("new", int64(gatewayIdle-time.Second)) != nil {
 		t.Fatal("a new gateway took a place before any was idle for gatewayIdle")
 	}
+	if n := testing.AllocsPerRun(100, func() { gws.add("made-up", int64(gatewayIdle-time.Second)) }); n != 0 {
+		t.Errorf("refusing a new gateway allocates %v times, want 0", n)
+	}
 	n := gws.add("new", int64(gatewayIdle))
 	if n == nil {
 		t.Fatal("a new gateway refused with every other gateway but one idle for gatewayIdle")
