@@ -228,8 +228,8 @@ func unquote(s string) (value, rest string, ok bool) {
 
 // dropTarget unregisters every series of target t: those labelled with its routing key
 // and model (its backends' included), and the per-model ones (its TTFT-estimate series
-// included) when no other target has the model. The cached lookups of them (the target's, its backends', the counter cache)
-// are marked stale.
+// included) when no other target has the model. The cached lookups of them (the
+// target's, its backends', the counter cache) are marked stale.
 func (m *gatewayMetrics) dropTarget(t dispatch.Target) {
 	var ts *targetSeries
 	if v, ok := m.targets.Load(t); ok {

@@ -151,7 +151,7 @@ func (p *Pylon) proxy(ctx *fasthttp.RequestCtx) {
 	if v := dh.seq; len(v) > 0 {
 		// A view of the header: the id is only looked up (add copies a new one).
 		if id, s, err := wire.ParseDispatchSeq(unsafe.String(unsafe.SliceData(v), len(v))); err == nil {
-			gw, seq = p.gateways.add(id, p.now().UnixNano()), s
+			gw, seq = p.gateways.add(id, ctx.Time().UnixNano()), s // fasthttp's clock read for this request
 		}
 	}
 	id := string(rid)
