@@ -136,21 +136,13 @@ func retries(n int) int {
 	return n
 }
 
-// offIfZero maps a flag's 0 (off) to Config's -1 (zero means the default there).
-func offIfZero(f float64) float64 {
-	if f == 0 {
+// offIfZero maps a flag's 0 (off: no first-byte factor, series kept) to Config's -1
+// (zero means the default there).
+func offIfZero[T float64 | time.Duration](v T) T {
+	if v == 0 {
 		return -1
 	}
-	return f
-}
-
-// keepIfZero maps --series-retention's 0 (keep the series) to Config's -1 (zero means
-// the default there).
-func keepIfZero(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
+	return v
 }
 
 func (c *cli) config() gateway.Config {
@@ -165,7 +157,7 @@ func (c *cli) config() gateway.Config {
 		AdminListenAddr:     c.AdminListenAddr, ControlToken: c.ControlToken, ControlTokenFile: c.ControlTokenFile,
 		InsecureNoControlAuth: c.InsecureNoControlAuth, WorkerCredentialsFile: c.WorkerCredentialsFile, MetricsNoAuth: c.MetricsNoAuth, PublicMetrics: c.PublicMetrics,
 		MaxAdminBodyBytes: c.MaxAdminBodyBytes, MaxModelsPerBackend: c.MaxModelsPerBackend, TargetCollectGrace: c.TargetCollectGrace,
-		SeriesRetention:   keepIfZero(c.SeriesRetention),
+		SeriesRetention:   offIfZero(c.SeriesRetention),
 		TLS:               tlsx.ServerOptions{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile},
 		AdminClientCAFile: c.AdminTLSClientCAFile,
 		UpstreamTLS:       tlsx.ClientOptions{CAFile: c.TLSCAFile, ServerName: c.TLSServerName, CertFile: c.TLSClientCertFile, KeyFile: c.TLSClientKeyFile},
